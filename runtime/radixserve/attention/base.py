@@ -1,0 +1,60 @@
+"""The attention backend contract shared by torch, triton and flashinfer implementations."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from radixserve.utils.registry import Registry
+
+if TYPE_CHECKING:
+    from radixserve.engine.batch import Batch
+    from radixserve.kvcache.pool import MHAKVPool
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    num_qo_heads: int  # heads on this TP rank
+    num_kv_heads: int  # KV heads on this TP rank
+    head_dim: int
+    page_size: int
+    kv_pool: MHAKVPool
+    page_table: torch.Tensor  # [max_running_reqs, max_seq_len] int32 KV slot of each token
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim**-0.5
+
+
+class BaseAttnBackend(ABC):
+    def __init__(self, cfg: AttnConfig) -> None:
+        self.cfg = cfg
+
+    @abstractmethod
+    def prepare(self, batch: Batch) -> None:
+        """Build `batch.attn_metadata` once per batch, before the model's forward."""
+
+    @abstractmethod
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
+        """q [T, Hq, D], k/v [T, Hkv, D] for the batch's new tokens. Stores k/v into the KV pool at
+        `batch.out_loc`, then returns causal attention output [T, Hq, D] over each request's whole
+        KV (cached prefix + new tokens)."""
+
+    # CUDA-graph hooks: backends that support decode graphs override these.
+    def init_cuda_graph(self, max_bs: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_capture(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def prepare_for_replay(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+
+ATTN_BACKENDS: Registry[type[BaseAttnBackend]] = Registry("attention backend")

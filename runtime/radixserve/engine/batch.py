@@ -1,0 +1,45 @@
+"""The unit of work the scheduler hands to the engine: one forward pass over many requests."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+@dataclass
+class Batch:
+    """Tokens of `bs` requests, flattened request after request.
+
+    Request i contributes `extend_lens[i]` new tokens whose KV is written at `out_loc`; its KV after
+    this pass spans `seq_lens[i]` tokens, held in page-table row `req_rows[i]` at columns
+    `0 .. seq_lens[i]-1` (the first `seq_lens[i] - extend_lens[i]` are cached already).
+    Device tensors live on the engine's device; the `_cpu` lists mirror them for host-side logic.
+    """
+
+    phase: Literal["prefill", "decode"]
+    input_ids: torch.Tensor  # [num_tokens] int64
+    positions: torch.Tensor  # [num_tokens] int64
+    out_loc: torch.Tensor  # [num_tokens] int64, KV slot of each new token
+    req_rows: torch.Tensor  # [bs] int64, page-table row of each request
+    seq_lens: torch.Tensor  # [bs] int32
+    extend_lens: torch.Tensor  # [bs] int32
+    seq_lens_cpu: list[int]
+    extend_lens_cpu: list[int]
+    attn_metadata: object | None = None  # built by the attention backend's prepare()
+
+    @property
+    def bs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def is_decode(self) -> bool:
+        return self.phase == "decode"
+
+    @property
+    def prefix_lens_cpu(self) -> list[int]:
+        return [s - e for s, e in zip(self.seq_lens_cpu, self.extend_lens_cpu)]

@@ -1,0 +1,26 @@
+"""The contract every model architecture implements."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+class BaseCausalLM(nn.Module, ABC):
+    """Built from a transformers `PretrainedConfig` (never a hand-copied one), on the meta device,
+    then materialised by `load_weights`. Layers size themselves for the current TP rank."""
+
+    @abstractmethod
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """input_ids, positions: [T] for the batch in the forward context. Returns hidden [T, H]
+        after the final norm. Attention reads `radixserve.engine.context.get_context()`."""
+
+    @abstractmethod
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, H] -> float32 logits [N, vocab] over the full vocabulary on every rank."""
+
+    @abstractmethod
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Consume (HF name, full tensor) pairs; shard for this rank; raise on missing weights."""

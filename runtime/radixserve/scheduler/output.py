@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class TokenOutput(NamedTuple):
+    """One sampled token of one request, as the scheduler reports it after a step."""
+
+    uid: int
+    token_id: int
+    finished: bool
+    finish_reason: str | None  # "stop" (EOS / stop token), "length" (max_tokens), "abort"
+    logprob: float | None = None  # log-probability of token_id, when the request asked for logprobs
+    top_logprobs: list[tuple[int, float]] | None = None  # (token id, logprob), best first
