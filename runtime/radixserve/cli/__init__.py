@@ -1,0 +1,30 @@
+"""`radixserve SUBCOMMAND …`: each subcommand lives in its own module with `add_parser`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "serve": "radixserve.cli.serve",
+    "shell": "radixserve.cli.shell",
+    "generate": "radixserve.cli.generate",
+    "bench": "radixserve.cli.bench",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="radixserve", description="A compact LLM serving engine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module in SUBCOMMANDS.items():
+        try:
+            importlib.import_module(module).add_parser(sub)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Configuration by composition: a server holds an engine and a scheduler config; nothing overrides
+a parent's field. `add_engine_args` gives every entry point (serve, generate, bench, shell, LLM)
+the same flags, named as in mini-sglang/SGLang."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
+    dtype: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    tp: int = 1
+    page_size: int = 1
+    attn: str = "auto"  # auto | NAME | PREFILL,DECODE
+    memory_ratio: float = 0.9  # share of free device memory for weights + KV (GPU)
+    max_kv_tokens: int | None = None  # explicit KV capacity; default from memory (GPU) or a budget (CPU)
+    cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        ps = self.page_size
+        if ps < 1 or ps & (ps - 1):
+            raise ValueError(f"page_size must be a power of two, got {ps}")
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be auto|bfloat16|float16|float32, got {self.dtype!r}")
+        if self.tp < 1:
+            raise ValueError(f"tp must be at least 1, got {self.tp}")
+        if not 0.0 < self.memory_ratio <= 1.0:
+            raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
+        if self.max_kv_tokens is not None and self.max_kv_tokens < 1:
+            raise ValueError(f"max_kv_tokens must be positive, got {self.max_kv_tokens}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    cache: str = "radix"  # radix | naive
+    max_prefill_length: int = 8192  # tokens per prefill batch (chunked prefill bound)
+    max_running_requests: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_prefill_length < 1:
+            raise ValueError(f"max_prefill_length must be positive, got {self.max_prefill_length}")
+        if self.max_running_requests < 1:
+            raise ValueError(
+                f"max_running_requests must be positive, got {self.max_running_requests}"
+            )
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None
+    num_tokenizer: int = 0
+    api_key: str | None = None
+    shutdown_timeout: float = 30.0
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="HF model dir or hub id (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--page-size", type=int, default=1, help="KV page size (a power of two)")
+    p.add_argument("--attn", default="auto", help="attention backend: auto | torch | triton | flashinfer | PREFILL,DECODE")
+    p.add_argument("--memory-ratio", type=float, default=0.9)
+    p.add_argument("--max-kv-tokens", type=int, default=None)
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", default="radix", choices=["radix", "naive"], help="prefix cache")
+    p.add_argument("--max-prefill-length", type=int, default=8192)
+    p.add_argument("--max-running-requests", type=int, default=256)
+
+
+def _pick(cls: type, args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
+    return EngineConfig(**_pick(EngineConfig, args)), SchedulerConfig(**_pick(SchedulerConfig, args))
