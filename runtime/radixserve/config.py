@@ -19,8 +19,11 @@ class EngineConfig:
     max_kv_tokens: int | None = None  # explicit KV capacity; default from memory (GPU) or a budget (CPU)
     cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
     seed: int = 0
+    load_format: str = "auto"  # auto: the checkpoint's weights | dummy: random, same shapes
 
     def __post_init__(self) -> None:
+        if self.load_format not in ("auto", "dummy"):
+            raise ValueError(f"load_format must be auto|dummy, got {self.load_format!r}")
         ps = self.page_size
         if ps < 1 or ps & (ps - 1):
             raise ValueError(f"page_size must be a power of two, got {ps}")

@@ -46,6 +46,10 @@ class BaseAttnBackend(ABC):
         `batch.out_loc`, then returns causal attention output [T, Hq, D] over each request's whole
         KV (cached prefix + new tokens)."""
 
+    @property
+    def supports_cuda_graph(self) -> bool:
+        return type(self).init_cuda_graph is not BaseAttnBackend.init_cuda_graph
+
     # CUDA-graph hooks: backends that support decode graphs override these.
     def init_cuda_graph(self, max_bs: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")

@@ -14,6 +14,16 @@ class BaseCommunicator:
         """Concatenate every rank's `x` along `dim`, in rank order."""
         return x
 
+    def min_int(self, value: int) -> int:
+        """The smallest `value` over all ranks (host-side agreement, e.g. KV capacity)."""
+        return value
+
+    def broadcast_bytes(self, payload: bytes | None) -> bytes:
+        """Rank 0's `payload` on every rank (others pass None). Blocking and lossless: a rank
+        that joins late still receives it, since a collective waits for every member."""
+        assert payload is not None
+        return payload
+
 
 _COMM: BaseCommunicator = BaseCommunicator()
 

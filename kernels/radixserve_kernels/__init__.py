@@ -1,0 +1,59 @@
+"""GPU kernels for radixserve, written in Triton, each paired with a pure-torch `*_ref` twin of
+the same signature (the reference the tests compare against, and the CPU path).
+
+Importing this package never imports triton: kernel bodies live in `_jit/` and are loaded on the
+first launch. `triton_usable(tensor)` says whether the Triton twin can run on a tensor.
+"""
+from __future__ import annotations
+
+from radixserve_kernels._utils import triton_usable
+from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
+from radixserve_kernels.decode_attention import (
+    decode_attention,
+    decode_attention_ref,
+    decode_num_splits,
+)
+from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
+from radixserve_kernels.moe import (
+    fused_moe,
+    fused_moe_ref,
+    moe_align,
+    topk_softmax,
+    topk_softmax_ref,
+)
+from radixserve_kernels.page_indices import page_indices, page_indices_ref
+from radixserve_kernels.rmsnorm import (
+    fused_add_rms_norm,
+    fused_add_rms_norm_ref,
+    rms_norm,
+    rms_norm_ref,
+)
+from radixserve_kernels.rotary import apply_rotary, apply_rotary_ref, build_cos_sin_cache
+from radixserve_kernels.store_kv import store_kv, store_kv_ref
+
+__all__ = [
+    "apply_rotary",
+    "apply_rotary_ref",
+    "build_cos_sin_cache",
+    "decode_attention",
+    "decode_attention_ref",
+    "decode_num_splits",
+    "extend_attention",
+    "extend_attention_ref",
+    "fused_add_rms_norm",
+    "fused_add_rms_norm_ref",
+    "fused_moe",
+    "fused_moe_ref",
+    "moe_align",
+    "page_indices",
+    "page_indices_ref",
+    "rms_norm",
+    "rms_norm_ref",
+    "silu_and_mul",
+    "silu_and_mul_ref",
+    "store_kv",
+    "store_kv_ref",
+    "topk_softmax",
+    "topk_softmax_ref",
+    "triton_usable",
+]

@@ -1,0 +1,1 @@
+"""Triton kernel bodies. Importing anything here imports triton: only launchers do, lazily."""

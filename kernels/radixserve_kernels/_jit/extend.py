@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def extend_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, rows_ptr, seq_ptr, ext_ptr, qo_start_ptr,
+    q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, o_s0, o_s1, table_s0,
+    scale,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One (block of a request's new tokens, query head). New token i of a request sits at
+    absolute position prefix + i and sees keys 0 .. prefix + i, all read through the page table
+    (the new tokens' own K/V are already stored)."""
+    mblk = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2)
+    ext = tl.load(ext_ptr + b)
+    if mblk * BLOCK_M >= ext:
+        return
+    seq_len = tl.load(seq_ptr + b)
+    prefix = seq_len - ext
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    q_start = tl.load(qo_start_ptr + b).to(tl.int64)
+    kvh = h // GROUP
+
+    m = mblk * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, BLOCK_D)
+    mm = m < ext
+    dm = d < HEAD_DIM
+    q = tl.load(q_ptr + (q_start + m)[:, None] * q_s0 + h * q_s1 + d[None, :],
+                mask=mm[:, None] & dm[None, :], other=0.0)
+    q_pos = prefix + m
+    end = tl.minimum(seq_len, prefix + (mblk + 1) * BLOCK_M)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for n0 in range(0, end, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        nm = offs < end
+        slots = tl.load(table_ptr + row * table_s0 + offs, mask=nm, other=0).to(tl.int64)
+        kv_mask = nm[:, None] & dm[None, :]
+        k = tl.load(k_ptr + slots[:, None] * k_s0 + kvh * k_s1 + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        s = tl.where(nm[None, :] & (offs[None, :] <= q_pos[:, None]), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + (q_start + m)[:, None] * o_s0 + h * o_s1 + d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=mm[:, None] & dm[None, :])

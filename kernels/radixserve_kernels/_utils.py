@@ -1,0 +1,45 @@
+"""Small helpers shared by the kernel launchers."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (`TRITON_INTERPRET=1`)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def triton_usable(t: torch.Tensor) -> bool:
+    """Whether the Triton launchers can run on `t`: a CUDA tensor, or any tensor under the
+    interpreter. Callers pick the `*_ref` twin otherwise."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return t.is_cuda or interpreting()
+
+
+@functools.cache
+def num_sms(device_index: int) -> int:
+    if interpreting() or not torch.cuda.is_available():
+        return 132
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def device_sms(t: torch.Tensor) -> int:
+    return num_sms((t.device.index or 0) if t.is_cuda else 0)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 runs must match transformers' fp32 math, so no TF32 inside `tl.dot`."""
+    return "ieee" if dtype == torch.float32 else "tf32"

@@ -1,0 +1,84 @@
+"""Paged decode attention (one new token per request), GQA, any page size.
+
+The page table holds token-level KV slots (`page_table[row, j]` = slot of token j), so the kernel
+never needs the page size. Flash-decoding: each request's keys are cut into `num_splits` slices
+run in parallel, then merged by log-sum-exp. The split count depends only on the batch size's
+next power of two, so a CUDA-graph replay padded up to a captured size computes bit-identical
+results to an eager run of the same requests (when the captured sizes include the powers of two).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from radixserve_kernels._utils import device_sms, dot_precision, next_pow2
+
+
+def decode_attention_ref(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+) -> torch.Tensor:
+    """q [B, Hq, D]; caches [S, Hkv, D]; page_table [R, L]; req_rows, seq_lens [B] -> [B, Hq, D]."""
+    out = torch.empty_like(q)
+    for i, (row, n) in enumerate(zip(req_rows.tolist(), seq_lens.tolist())):
+        slots = page_table[row, :n].long()
+        keys, vals = k_cache[slots].transpose(0, 1), v_cache[slots].transpose(0, 1)
+        o = F.scaled_dot_product_attention(
+            q[i, :, None].float(), keys.float(), vals.float(), scale=scale,
+            enable_gqa=q.shape[1] != keys.shape[0],
+        )
+        out[i] = o[:, 0].to(q.dtype)
+    return out
+
+
+def decode_num_splits(bs: int, num_kv_heads: int, num_sms: int) -> int:
+    """Enough (request, head, split) programs to fill the GPU a few times over, at most 16."""
+    target = 4 * num_sms // (next_pow2(bs) * num_kv_heads)
+    return min(16, 1 << max(target, 1).bit_length() - 1)
+
+
+def decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    num_splits: int | None = None, out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
+    graph (device tensors updated in place between replays). seq_lens must be >= 1 for real
+    requests; a 0-length row yields zeros."""
+    from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
+
+    bs, n_qh, d = q.shape
+    n_kh = k_cache.shape[1]
+    if n_qh % n_kh:
+        raise ValueError(f"num_qo_heads ({n_qh}) must be a multiple of num_kv_heads ({n_kh})")
+    group = n_qh // n_kh
+    if num_splits is None:
+        num_splits = decode_num_splits(bs, n_kh, device_sms(q))
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if bs == 0:
+        return out
+    # with one split the kernel writes `out` itself and these stay unused
+    mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
+    block_d = max(16, next_pow2(d))
+    decode_split_kernel[(bs, n_kh, num_splits)](
+        q, k_cache, v_cache, page_table, req_rows, seq_lens, mid_o, mid_lse, out,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        out.stride(0), out.stride(1), scale,
+        GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
+        BLOCK_D=block_d, BLOCK_N=64 if block_d <= 128 else 32,
+        PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
+    )
+    if num_splits == 1:
+        return out
+    decode_merge_kernel[(bs, n_qh)](
+        mid_o, mid_lse, out,
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        out.stride(0), out.stride(1),
+        HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d,
+        num_warps=4,
+    )
+    return out

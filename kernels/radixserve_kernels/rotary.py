@@ -1,0 +1,63 @@
+"""Rotary position embedding, rotate-half (NeoX) style as in HF Llama and Qwen.
+
+`cos_sin_cache[p]` holds `[cos(p * inv_freq) | sin(p * inv_freq)]` (fp32, width D). Building it
+from transformers' `inv_freq` (and `attention_scaling`) covers default and `llama3` scaling alike.
+"""
+from __future__ import annotations
+
+import torch
+
+from radixserve_kernels._utils import next_pow2
+
+
+def build_cos_sin_cache(
+    inv_freq: torch.Tensor, max_positions: int, attention_scaling: float = 1.0
+) -> torch.Tensor:
+    """`[max_positions, D]` fp32 from `inv_freq [D/2]`, computed as transformers does."""
+    pos = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
+    freqs = torch.outer(pos, inv_freq.float())
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1) * attention_scaling
+
+
+def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def apply_rotary_ref(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, Hq, D], k [T, Hkv, D], positions [T] -> rotated (q, k), new tensors."""
+    half = q.shape[-1] // 2
+    cs = cos_sin_cache[positions.long()]
+    cos, sin = cs[:, None, :half].to(q.dtype), cs[:, None, half:].to(q.dtype)
+    return _rotate_ref(q, cos, sin), _rotate_ref(k, cos, sin)
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton twin of `apply_rotary_ref`; q and k may be strided views (e.g. of a fused QKV),
+    their last dim contiguous. Returns contiguous new tensors."""
+    from radixserve_kernels._jit.rotary import rotary_kernel
+
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    t, n_qh, d = q.shape
+    n_kh = k.shape[1]
+    if d % 2:
+        raise ValueError(f"head_dim must be even for rotary, got {d}")
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    if t:
+        rotary_kernel[(t,)](
+            q, k, q_out, k_out, positions, cos_sin_cache,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
+            n_qh, n_kh, d // 2,
+            BLOCK_QH=next_pow2(n_qh), BLOCK_KH=next_pow2(n_kh), BLOCK_D=next_pow2(d // 2),
+            num_warps=4,
+        )
+    return q_out, k_out

@@ -1,0 +1,87 @@
+"""`radixserve-operator`: run the kopf operator.
+
+    radixserve-operator [--namespace NS ...] [--all-namespaces] [--liveness-port 8080]
+                        [--peering NAME] [--priority N] [--verbose]
+
+Two replicas: give both the same `--peering NAME` (a KopfPeering object of that name must exist)
+and distinct priorities; the replica with the highest priority works, the other stands by."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import zlib
+
+
+def default_priority() -> int:
+    """A priority that differs between replicas of one Deployment (their pod names differ)."""
+    env = os.environ.get("RADIXSERVE_OPERATOR_PRIORITY")
+    if env:
+        return int(env)
+    return 100 + zlib.crc32(socket.gethostname().encode()) % 900_000
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="radixserve-operator", description="The radixserve InferenceService operator."
+    )
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="watch this namespace (repeatable; a glob is allowed)",
+    )
+    scope.add_argument(
+        "--all-namespaces", "-A", action="store_true", help="watch the whole cluster (the default)"
+    )
+    p.add_argument(
+        "--liveness-port", type=int, default=8080, help="serve http://0.0.0.0:PORT/healthz (0: off)"
+    )
+    p.add_argument(
+        "--peering",
+        default=None,
+        help="kopf peering object name; omit to run standalone (one replica)",
+    )
+    p.add_argument(
+        "--priority", type=int, default=None, help="peering priority (default: from the pod name)"
+    )
+    p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    args = p.parse_args(argv)
+    if args.priority is None:
+        args.priority = default_priority()
+    return args
+
+
+def kopf_options(args: argparse.Namespace) -> dict[str, object]:
+    opts: dict[str, object] = {
+        "standalone": args.peering is None,
+        "priority": args.priority,
+        "peering_name": args.peering,
+        "liveness_endpoint": f"http://0.0.0.0:{args.liveness_port}/healthz"
+        if args.liveness_port
+        else None,
+    }
+    if args.namespace:
+        opts["namespaces"] = list(args.namespace)
+    else:
+        opts["clusterwide"] = True
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import kopf
+
+    import radixserve_operator.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(verbose=args.verbose)
+    kopf.run(**kopf_options(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The small cluster interface the handlers use, and its implementation over `kubernetes`.
+Tests drive the handlers with a fake of `ClusterClient`; nothing else touches the API server."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from radixserve_operator import API_VERSION, FIELD_MANAGER, PLURAL
+
+
+class ApplyRejected(ValueError):
+    """The API server refused an object as invalid (HTTP 400/422): the spec must change."""
+
+
+class ClusterClient(Protocol):
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update `obj` (server-side apply, this operator as field manager); idempotent.
+        Raises `ApplyRejected` when the API server refuses the object as invalid."""
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        """Pods in `namespace` whose labels match `selector`."""
+
+    def count_gpu_nodes(self, resource_name: str) -> int | None:
+        """Nodes advertising `resource_name` as allocatable; None when not allowed to look."""
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the InferenceService's status subresource."""
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a Kubernetes Event (type Normal or Warning) about `obj`."""
+
+
+class KubeClient:
+    """`ClusterClient` over the official client (in-cluster config, else kubeconfig)."""
+
+    def __init__(self) -> None:
+        from kubernetes import client, config, dynamic
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        self._api = client.ApiClient()
+        self._dynamic = dynamic.DynamicClient(self._api)
+        self._core = client.CoreV1Api(self._api)
+        self._custom = client.CustomObjectsApi(self._api)
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        from kubernetes.dynamic.exceptions import BadRequestError, UnprocessibleEntityError
+
+        meta = obj["metadata"]
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        try:
+            out = self._dynamic.server_side_apply(
+                res,
+                body=obj,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except (BadRequestError, UnprocessibleEntityError) as e:
+            raise ApplyRejected(f"{obj['kind']} {meta['name']} rejected: {e.summary()}") from None
+        return out.to_dict()
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        sel = ",".join(f"{k}={v}" for k, v in selector.items())
+        pods = self._resource("v1", "Pod").get(namespace=namespace, label_selector=sel)
+        return [p.to_dict() for p in pods.items]
+
+    def count_gpu_nodes(self, resource_name: str) -> int | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            nodes = self._core.list_node().items
+        except ApiException as e:
+            if e.status == 403:
+                return None
+            raise
+        return sum(
+            1
+            for n in nodes
+            if str((n.status.allocatable or {}).get(resource_name, "0")) not in ("0", "")
+        )
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        group, version = API_VERSION.split("/")
+        self._custom.patch_namespaced_custom_object_status(
+            group,
+            version,
+            namespace,
+            PLURAL,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        import kopf
+
+        kopf.event(obj, type=type_, reason=reason, message=message[:1024])

@@ -1,0 +1,438 @@
+"""The `InferenceService` CRD, the one source of its schema: the chart's YAML is generated from it
+(`python -m radixserve_operator.crd`) and `spec.py` applies its defaults, so they never disagree.
+
+CEL rules here cannot run outside an API server; `spec.py` repeats each as a Python check."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from radixserve_operator import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+TP_SIZES = [1, 2, 4, 8, 16, 32, 64]
+PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
+
+
+def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props, **extra}
+
+
+def _int(minimum: int | None = None, maximum: int | None = None, **extra: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {"type": "integer", **extra}
+    if minimum is not None:
+        s["minimum"] = minimum
+    if maximum is not None:
+        s["maximum"] = maximum
+    return s
+
+
+def _str(**extra: Any) -> dict[str, Any]:
+    return {"type": "string", **extra}
+
+
+def _int_or_string(**validations: Any) -> dict[str, Any]:
+    # NOTE: a structural schema allows exactly this anyOf for int-or-string; checks on either
+    # branch sit beside it (minimum only binds integers, pattern only strings).
+    return {
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        **validations,
+    }
+
+
+def _quantity(**extra: Any) -> dict[str, Any]:
+    return _int_or_string(minimum=0, pattern=QUANTITY_PATTERN, **extra)
+
+
+def _percent_or_count(default: int) -> dict[str, Any]:
+    return _int_or_string(minimum=0, pattern=r"^[0-9]+%$", default=default)
+
+
+def _free_object(description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": description,
+    }
+
+
+def _probe(period: int, failures: int, timeout: int, delay: int = 0) -> dict[str, Any]:
+    return _obj(
+        {
+            "initialDelaySeconds": _int(0, default=delay),
+            "periodSeconds": _int(1, default=period),
+            "timeoutSeconds": _int(1, default=timeout),
+            "failureThreshold": _int(1, default=failures),
+        },
+        default={},
+    )
+
+
+def _model() -> dict[str, Any]:
+    hints = _obj(
+        {
+            "parameterCount": _int_or_string(
+                minimum=1,
+                pattern=r"^[0-9]+(\.[0-9]+)?[KMBT]?$",
+                description='Total weights, e.g. 14800000000 or "14.8B" (MoE: all experts).',
+            ),
+            "numAttentionHeads": _int(1),
+            "numKeyValueHeads": _int(1, description="Defaults to numAttentionHeads."),
+            "numHiddenLayers": _int(1),
+            "headDim": _int(1),
+            "dtype": _str(enum=["bfloat16", "float16", "float32"], default="bfloat16"),
+        },
+        required=["parameterCount", "numAttentionHeads", "numHiddenLayers", "headDim"],
+        description="Shape hints for TP sizing when the operator cannot read config.json "
+        "(a path or pvc:// source, or no hub access). They replace the hub lookup.",
+    )
+    return _obj(
+        {
+            "source": _str(
+                default="default",
+                minLength=1,
+                maxLength=1024,  # bounds the CEL rule's estimated cost
+                description="`default` (the image's embedded SmolLM2-135M-Instruct), a Hugging "
+                "Face model id, a path inside the pod, or pvc://CLAIM/path.",
+                **{
+                    "x-kubernetes-validations": [
+                        {
+                            "rule": "!self.startsWith('pvc://') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$')",
+                            "message": "a pvc source is pvc://CLAIM/path",
+                        }
+                    ]
+                },
+            ),
+            "servedName": _str(description="Model name in the OpenAI API (default: the source)."),
+            "revision": _str(description="Hub revision (branch, tag or commit) of the model."),
+            "parameters": hints,
+        },
+        default={},
+    )
+
+
+def _gpu() -> dict[str, Any]:
+    return _obj(
+        {
+            "enabled": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: a CPU replica, no GPU requested.",
+            },
+            "resourceName": _str(
+                default="nvidia.com/gpu", pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$"
+            ),
+            "memoryGiB": {
+                "type": "number",
+                "minimum": 1,
+                "maximum": 4096,
+                "description": "Memory per GPU, for TP sizing (e.g. 80 for H100, 141 for H200).",
+            },
+        },
+        default={},
+    )
+
+
+def _runtime() -> dict[str, Any]:
+    return _obj(
+        {
+            "dtype": _str(enum=["auto", "bfloat16", "float16", "float32"]),
+            "pageSize": _int(enum=PAGE_SIZES),
+            "maxRunningRequests": _int(1),
+            "maxPrefillLength": _int(1),
+            "memoryRatio": {
+                "type": "number",
+                "exclusiveMinimum": True,
+                "minimum": 0,
+                "maximum": 1,
+                "default": 0.9,
+                "description": "Share of GPU memory for weights + KV cache (also used for sizing).",
+            },
+            "cudaGraphMaxBs": _int(0, description="0 disables CUDA graphs."),
+            "attention": _str(
+                pattern=r"^[a-z_]+(,[a-z_]+)?$", description="auto | NAME | PREFILL,DECODE"
+            ),
+            "cache": _str(enum=["radix", "naive"]),
+            "shutdownTimeoutSeconds": _int(
+                0, 3600, default=30, description="Drain time on SIGTERM."
+            ),
+            "extraArgs": {"type": "array", "items": _str()},
+        },
+        default={},
+    )
+
+
+def _model_cache() -> dict[str, Any]:
+    return _obj(
+        {
+            "pvc": _obj({"claimName": _str(minLength=1)}, required=["claimName"]),
+            "emptyDir": _obj({"sizeLimit": _quantity(default="100Gi")}),
+        },
+        default={"emptyDir": {"sizeLimit": "100Gi"}},
+        description="Volume at /models-cache (RADIXSERVE_CACHE_DIR, HF_HOME): a PVC or an emptyDir.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.pvc) != has(self.emptyDir)",
+                    "message": "set exactly one of pvc, emptyDir",
+                }
+            ]
+        },
+    )
+
+
+def _rollout() -> dict[str, Any]:
+    return _obj(
+        {
+            "strategy": _str(enum=["RollingUpdate", "Recreate"], default="RollingUpdate"),
+            "maxSurge": _percent_or_count(0),
+            "maxUnavailable": _percent_or_count(1),
+        },
+        default={},
+        description="maxSurge defaults to 0: a GPU cluster rarely has a spare GPU for a surge pod.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.strategy != 'RollingUpdate' || !(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
+                    "message": "maxSurge and maxUnavailable cannot both be zero",
+                }
+            ]
+        },
+    )
+
+
+def _toleration() -> dict[str, Any]:
+    return _obj(
+        {
+            "key": _str(),
+            "operator": _str(enum=["Exists", "Equal"]),
+            "value": _str(),
+            "effect": _str(enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+            "tolerationSeconds": _int(),
+        }
+    )
+
+
+def _env_var() -> dict[str, Any]:
+    return _obj(
+        {
+            "name": _str(minLength=1),
+            "value": _str(),
+            "valueFrom": _free_object(
+                "As in a container's env (secretKeyRef, configMapKeyRef, fieldRef...)."
+            ),
+        },
+        required=["name"],
+    )
+
+
+def _spec() -> dict[str, Any]:
+    return _obj(
+        {
+            "model": _model(),
+            "image": _str(
+                description="Default: the CUDA runtime image, or its -cpu variant when gpu.enabled is false."
+            ),
+            "imagePullPolicy": _str(
+                enum=["Always", "IfNotPresent", "Never"], default="IfNotPresent"
+            ),
+            "replicas": _int(0, default=1),
+            "parallelism": _obj(
+                {
+                    "tensor": _int_or_string(
+                        enum=[*TP_SIZES, "auto"],
+                        default=1,
+                        description="GPUs per replica, or auto: the smallest of 1, 2, 4, 8 that fits.",
+                    )
+                },
+                default={},
+            ),
+            "gpu": _gpu(),
+            "runtime": _runtime(),
+            "resources": _obj(
+                {
+                    "limits": {"type": "object", "additionalProperties": _quantity()},
+                    "requests": {"type": "object", "additionalProperties": _quantity()},
+                },
+                description="CPU/memory for the server container; the GPU limit is set from the TP size.",
+            ),
+            "nodeSelector": {"type": "object", "additionalProperties": _str()},
+            "tolerations": {"type": "array", "items": _toleration()},
+            "affinity": _free_object("A pod affinity, as in a PodSpec."),
+            "modelCache": _model_cache(),
+            "shmSize": _quantity(
+                default="8Gi", description="/dev/shm (memory emptyDir) size, for NCCL."
+            ),
+            "rollout": _rollout(),
+            "probes": _obj(
+                {
+                    "startup": _probe(period=10, failures=180, timeout=5),
+                    "readiness": _probe(period=10, failures=3, timeout=5),
+                    "liveness": _probe(period=20, failures=3, timeout=5),
+                },
+                default={},
+                description="Timing of the /health probes; startup allows periodSeconds x failureThreshold to load the model.",
+            ),
+            "service": _obj(
+                {
+                    "type": _str(
+                        enum=["ClusterIP", "NodePort", "LoadBalancer"], default="ClusterIP"
+                    ),
+                    "port": _int(1, 65535, default=8000),
+                },
+                default={},
+            ),
+            "apiKeySecretRef": _obj(
+                {"name": _str(minLength=1), "key": _str(default="api-key")},
+                required=["name"],
+                description="Secret key mounted as RADIXSERVE_API_KEY.",
+            ),
+            "env": {"type": "array", "items": _env_var()},
+        },
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "string(self.parallelism.tensor) != 'auto' || !self.gpu.enabled || has(self.gpu.memoryGiB)",
+                    "message": "parallelism.tensor auto needs gpu.memoryGiB",
+                },
+                {
+                    "rule": "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']",
+                    "message": "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
+                },
+            ]
+        },
+    )
+
+
+def _condition() -> dict[str, Any]:
+    return _obj(
+        {
+            "type": _str(),
+            "status": _str(enum=["True", "False", "Unknown"]),
+            "reason": _str(),
+            "message": _str(),
+            "lastTransitionTime": _str(format="date-time"),
+            "observedGeneration": _int(0),
+        },
+        required=["type", "status"],
+    )
+
+
+def _status() -> dict[str, Any]:
+    return _obj(
+        {
+            "conditions": {
+                "type": "array",
+                "items": _condition(),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "observedGeneration": _int(0),
+            "replicas": _int(0),
+            "readyReplicas": _int(0),
+            "updatedReplicas": _int(0),
+            "tensorParallelSize": _int(1),
+            "gpusPerReplica": _int(0),
+            "endpoint": _str(),
+            "selector": _str(),
+        }
+    )
+
+
+def openapi_schema() -> dict[str, Any]:
+    return _obj(
+        {
+            "apiVersion": _str(),
+            "kind": _str(),
+            "metadata": {"type": "object"},
+            "spec": _spec(),
+            "status": _status(),
+        },
+        required=["spec"],
+    )
+
+
+def _column(name: str, path: str, type_: str = "string", priority: int = 0) -> dict[str, Any]:
+    col: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if priority:
+        col["priority"] = priority
+    return col
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {
+                "app.kubernetes.io/name": "radixserve",
+                "app.kubernetes.io/part-of": "radixserve",
+            },
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT_NAME],
+                "categories": ["all", "radixserve"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+                        _column("Replicas", ".spec.replicas", "integer"),
+                        _column("Available", ".status.readyReplicas", "integer"),
+                        _column("TP", ".status.tensorParallelSize", "integer"),
+                        _column("Model", ".spec.model.source"),
+                        _column("Age", ".metadata.creationTimestamp", "date"),
+                        _column(
+                            "Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1
+                        ),
+                        _column("Endpoint", ".status.endpoint", priority=1),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def spec_schema() -> dict[str, Any]:
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def to_yaml() -> str:
+    import yaml
+
+    header = "# Generated by `python -m radixserve_operator.crd` from operator/radixserve_operator/crd.py; do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+def main() -> int:
+    sys.stdout.write(to_yaml())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

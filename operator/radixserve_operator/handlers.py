@@ -1,0 +1,69 @@
+"""kopf handlers: one small function per event, each handing over to `reconcile`. They are plain
+functions of kopf's keyword arguments, so tests call them directly with a fake client in `memo`.
+
+No deletion handler (and so no finalizer): the Deployment and Service carry owner references and
+the garbage collector removes them with the resource."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from radixserve_operator import FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
+from radixserve_operator.modelconfig import fetch_config
+from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
+
+RETRY_DELAY_S = 60
+OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
+
+
+def _reconcile(body: Any, memo: Any, announce: tuple[str, str] | None) -> None:
+    try:
+        reconcile(memo.client, body, memo.get("fetch_config", fetch_config), announce)
+    except RetryLater as e:
+        raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from None
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Progress and the last-handled spec in annotations: the CRD's status schema has no room
+    # for kopf's own fields (they would be pruned).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING  # our own events say what matters
+    if "client" not in memo:
+        from radixserve_operator.client import KubeClient
+
+        memo.client = KubeClient()
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+def on_create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile(body, memo, ("Created", "created Deployment and Service"))
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def on_update(body: kopf.Body, memo: kopf.Memo, diff: Any = (), **_: Any) -> None:
+    fields = sorted({".".join(("spec",) + tuple(str(p) for p in d[1])) for d in diff or ()})
+    _reconcile(body, memo, ("Updated", "rolling out " + (", ".join(fields) or "spec")))
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def on_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile(body, memo, None)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=OURS)
+def on_deployment_event(
+    body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any
+) -> None:
+    refresh_owner(memo.client, body, deleted=type == "DELETED")
+
+
+@kopf.on.event("", "v1", "pods", labels=OURS)
+def on_pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    refresh_owner(memo.client, body)

@@ -1,0 +1,184 @@
+"""What TP sizing needs to know about a model: its `ModelShape`, read from the hub's config.json,
+from `spec.model.parameters` hints, or known for the image's embedded default model.
+
+config.json is parsed as plain JSON rather than through transformers: the operator image stays
+slim (no torch), and only a handful of well-known keys matter for a weight and KV-cache estimate."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from radixserve_operator.spec import ModelSpec
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+class ModelConfigNotFound(ValueError):
+    """The hub answered: no such repo, revision or config.json, or no access. Final."""
+
+
+class ModelConfigUnavailable(RuntimeError):
+    """The hub could not be reached; a later retry may succeed."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    param_count: int
+    num_attention_heads: int
+    num_kv_heads: int
+    num_layers: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    num_experts: int = 0  # 0: dense
+
+    def weight_bytes(self, dtype: str | None = None) -> int:
+        return self.param_count * DTYPE_BYTES[dtype or self.dtype]
+
+    def kv_bytes_per_token(self, tp: int, dtype: str | None = None) -> int:
+        """K and V for every layer on one GPU; KV heads are replicated when tp exceeds them."""
+        heads_per_gpu = max(1, self.num_kv_heads // tp)
+        return (
+            2 * self.num_layers * heads_per_gpu * self.head_dim * DTYPE_BYTES[dtype or self.dtype]
+        )
+
+
+# The image's embedded SmolLM2-135M-Instruct (what `--model` omitted serves).
+EMBEDDED_DEFAULT = ModelShape(
+    param_count=134_515_008, num_attention_heads=9, num_kv_heads=3, num_layers=30, head_dim=64
+)
+
+
+def _count(
+    hidden: int, layers: int, heads: int, kv: int, head_dim: int, cfg: dict[str, Any]
+) -> tuple[int, int]:
+    """(parameter count, routed experts) from a Llama/Qwen/Mixtral-style config."""
+    attn = hidden * head_dim * (2 * heads + 2 * kv)  # q, o and k, v projections
+    inter = cfg.get("intermediate_size") or 4 * hidden
+    experts = (
+        cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0
+    )
+    dense_mlp = 3 * hidden * inter  # gate, up, down
+    if experts:
+        expert_inter = cfg.get("moe_intermediate_size") or inter
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        shared += (cfg.get("n_shared_experts") or 0) * expert_inter
+        moe_mlp = experts * 3 * hidden * expert_inter + hidden * experts + 3 * hidden * shared
+        step = cfg.get("decoder_sparse_step") or 1
+        dense_layers = set(cfg.get("mlp_only_layers") or ())
+        dense_layers |= set(range(cfg.get("first_k_dense_replace") or 0))
+        moe_layers = [i for i in range(layers) if i not in dense_layers and (i + 1) % step == 0]
+        mlp = len(moe_layers) * moe_mlp + (layers - len(moe_layers)) * dense_mlp
+    else:
+        mlp = layers * dense_mlp
+    vocab = cfg.get("vocab_size") or 32000
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    return embed + layers * (attn + 2 * hidden) + mlp + hidden, experts
+
+
+def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
+    """A `ModelShape` from a Hugging Face config.json (multimodal configs: their `text_config`)."""
+    text = cfg.get("text_config") or cfg
+    try:
+        hidden, layers, heads = (
+            text["hidden_size"],
+            text["num_hidden_layers"],
+            text["num_attention_heads"],
+        )
+    except KeyError as e:
+        raise ModelConfigNotFound(
+            f"config.json has no {e.args[0]!r}: not a decoder LLM config"
+        ) from None
+    kv = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or hidden // heads
+    params, experts = _count(hidden, layers, heads, kv, head_dim, text)
+    dtype = str(
+        text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
+    )
+    return ModelShape(
+        params, heads, kv, layers, head_dim, dtype if dtype in DTYPE_BYTES else "bfloat16", experts
+    )
+
+
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def parse_param_count(value: int | str) -> int:
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMBT]?)", str(value))
+    if not m:
+        raise ValueError(
+            f"spec.model.parameters.parameterCount: expected e.g. 14800000000 or 14.8B, got {value!r}"
+        )
+    return int(float(m.group(1)) * _SUFFIX[m.group(2)])
+
+
+def shape_from_hints(hints: dict[str, Any]) -> ModelShape:
+    heads = int(hints["numAttentionHeads"])
+    return ModelShape(
+        param_count=parse_param_count(hints["parameterCount"]),
+        num_attention_heads=heads,
+        num_kv_heads=int(hints.get("numKeyValueHeads") or heads),
+        num_layers=int(hints["numHiddenLayers"]),
+        head_dim=int(hints["headDim"]),
+        dtype=hints.get("dtype") or "bfloat16",
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def fetch_config(
+    repo_id: str, revision: str | None = None, endpoint: str | None = None
+) -> dict[str, Any]:
+    """config.json of a hub model (HF_TOKEN, HF_ENDPOINT from the environment); cached."""
+    from huggingface_hub import errors, hf_hub_download
+
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        tempfile.gettempdir(), "radixserve-operator-hf"
+    )
+    try:
+        path = hf_hub_download(
+            repo_id, "config.json", revision=revision, cache_dir=cache, endpoint=endpoint
+        )
+    except errors.LocalEntryNotFoundError as e:  # raised when the hub cannot be reached
+        raise ModelConfigUnavailable(
+            f"cannot reach the Hugging Face hub for {repo_id!r}: {e}"
+        ) from None
+    except (
+        errors.RepositoryNotFoundError,
+        errors.RevisionNotFoundError,
+        errors.EntryNotFoundError,
+    ) as e:
+        raise ModelConfigNotFound(
+            f"no config.json for {repo_id!r} at revision {revision or 'main'} on the hub "
+            f"(missing, gated or private: set HF_TOKEN for the operator, or spec.model.parameters): "
+            f"{type(e).__name__}"
+        ) from None
+    except errors.HFValidationError as e:
+        raise ModelConfigNotFound(
+            f"spec.model.source {repo_id!r} is not a valid hub id: {e}"
+        ) from None
+    except Exception as e:  # noqa: BLE001  (network stacks raise many kinds: all mean "later")
+        raise ModelConfigUnavailable(
+            f"cannot fetch config.json of {repo_id!r}: {type(e).__name__}: {e}"
+        ) from None
+    with open(path) as f:
+        return json.load(f)
+
+
+def resolve_shape(
+    model: ModelSpec, fetch: Callable[[str, str | None], dict[str, Any]] = fetch_config
+) -> ModelShape | None:
+    """The model's shape, or None when the operator cannot know it (a path or pvc:// source
+    without hints): hints first, then the embedded default, then the hub."""
+    if model.hints:
+        return shape_from_hints(model.hints)
+    if model.is_default:
+        return EMBEDDED_DEFAULT
+    if model.hub_id is None:
+        return None
+    return shape_from_config(fetch(model.hub_id, model.revision))

@@ -1,0 +1,238 @@
+"""An `InferenceService` custom resource -> a frozen, validated `ServiceSpec`.
+
+Defaults come from the CRD schema itself (`apply_defaults`), as the API server applies them, so a
+resource read before the CRD's defaults existed, or built by hand in a test, means the same thing.
+The CRD's CEL rules are repeated here as Python checks (they cannot run outside an API server)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from radixserve_operator import DEFAULT_CPU_IMAGE, DEFAULT_IMAGE
+from radixserve_operator.crd import PAGE_SIZES, TP_SIZES, spec_schema
+
+DEFAULT_MODEL = "default"
+_PVC_SOURCE = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)/(.+)$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class SpecError(ValueError):
+    """The resource's spec is invalid; the message names the field."""
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """Structural defaulting as the API server does it: missing properties take their schema
+    default, then defaulting recurses into them."""
+    if isinstance(value, dict) and "properties" in schema:
+        for key, sub in schema["properties"].items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = apply_defaults(sub, value[key])
+    elif isinstance(value, list) and "items" in schema:
+        return [apply_defaults(schema["items"], v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    source: str
+    served_name: str | None
+    revision: str | None
+    hints: dict[str, Any] | None
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == DEFAULT_MODEL
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for a pvc:// source."""
+        m = _PVC_SOURCE.match(self.source)
+        return (m.group(1), m.group(3).strip("/")) if m else None
+
+    @property
+    def hub_id(self) -> str | None:
+        if self.is_default or self.source.startswith(("/", ".", "pvc://")):
+            return None
+        return self.source
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    enabled: bool
+    resource_name: str
+    memory_gib: float | None
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    dtype: str | None
+    page_size: int | None
+    max_running_requests: int | None
+    max_prefill_length: int | None
+    memory_ratio: float
+    cuda_graph_max_bs: int | None
+    attention: str | None
+    cache: str | None
+    shutdown_timeout: int
+    extra_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProbeTiming:
+    initial_delay: int
+    period: int
+    timeout: int
+    failure_threshold: int
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> ProbeTiming:
+        return cls(
+            raw["initialDelaySeconds"],
+            raw["periodSeconds"],
+            raw["timeoutSeconds"],
+            raw["failureThreshold"],
+        )
+
+    @property
+    def window_seconds(self) -> int:
+        return self.initial_delay + self.period * self.failure_threshold
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    strategy: str
+    max_surge: int | str
+    max_unavailable: int | str
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    namespace: str
+    model: ModelSpec
+    image: str
+    image_pull_policy: str
+    replicas: int
+    tensor: int | str  # an int, or "auto"
+    gpu: GpuSpec
+    runtime: RuntimeSpec
+    resources: dict[str, Any]
+    node_selector: dict[str, str]
+    tolerations: tuple[dict[str, Any], ...]
+    affinity: dict[str, Any] | None
+    cache_pvc: str | None
+    cache_size: str | int | None
+    shm_size: str | int
+    rollout: RolloutSpec
+    startup: ProbeTiming
+    readiness: ProbeTiming
+    liveness: ProbeTiming
+    service_type: str
+    service_port: int
+    api_key_secret: tuple[str, str] | None
+    env: tuple[dict[str, Any], ...]
+
+
+def _is_zero(v: int | str) -> bool:
+    return str(v) in ("0", "0%")
+
+
+def _check(raw: dict[str, Any]) -> None:
+    """The Python twin of the CRD's CEL rules, plus what a schema cannot say."""
+    model, gpu, tensor = raw["model"], raw["gpu"], raw["parallelism"]["tensor"]
+    source = model["source"]
+    if source.startswith("pvc://") and not _PVC_SOURCE.match(source):
+        raise SpecError(f"spec.model.source: a pvc source is pvc://CLAIM/path, got {source!r}")
+    if (
+        source != DEFAULT_MODEL
+        and not source.startswith(("/", ".", "pvc://"))
+        and not _HUB_ID.match(source)
+    ):
+        raise SpecError(
+            f"spec.model.source: not a hub id (org/name), path or pvc:// source: {source!r}"
+        )
+    if tensor != "auto" and (isinstance(tensor, bool) or tensor not in TP_SIZES):
+        raise SpecError(
+            f"spec.parallelism.tensor must be auto or one of {TP_SIZES}, got {tensor!r}"
+        )
+    if tensor == "auto" and gpu["enabled"] and gpu.get("memoryGiB") is None:
+        raise SpecError("spec.gpu.memoryGiB is required when spec.parallelism.tensor is auto")
+    if not gpu["enabled"] and tensor not in (1, "auto"):
+        raise SpecError("spec.parallelism.tensor: a CPU replica (gpu.enabled false) runs with TP 1")
+    cache = raw["modelCache"]
+    if ("pvc" in cache) == ("emptyDir" in cache):
+        raise SpecError("spec.modelCache: set exactly one of pvc, emptyDir")
+    r = raw["rollout"]
+    if (
+        r["strategy"] == "RollingUpdate"
+        and _is_zero(r["maxSurge"])
+        and _is_zero(r["maxUnavailable"])
+    ):
+        raise SpecError("spec.rollout: maxSurge and maxUnavailable cannot both be zero")
+    if raw["replicas"] < 0:
+        raise SpecError(f"spec.replicas must be >= 0, got {raw['replicas']}")
+    rt = raw["runtime"]
+    if not 0.0 < rt["memoryRatio"] <= 1.0:
+        raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")
+    if rt.get("pageSize") is not None and rt["pageSize"] not in PAGE_SIZES:
+        raise SpecError(f"spec.runtime.pageSize must be a power of two, got {rt['pageSize']}")
+
+
+def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
+    return RuntimeSpec(
+        dtype=rt.get("dtype"),
+        page_size=rt.get("pageSize"),
+        max_running_requests=rt.get("maxRunningRequests"),
+        max_prefill_length=rt.get("maxPrefillLength"),
+        memory_ratio=float(rt["memoryRatio"]),
+        cuda_graph_max_bs=rt.get("cudaGraphMaxBs"),
+        attention=rt.get("attention"),
+        cache=rt.get("cache"),
+        shutdown_timeout=int(rt["shutdownTimeoutSeconds"]),
+        extra_args=tuple(str(a) for a in rt.get("extraArgs", ())),
+    )
+
+
+def parse_spec(body: dict[str, Any]) -> ServiceSpec:
+    """Parse a custom resource (`body`: apiVersion, kind, metadata, spec) into a `ServiceSpec`;
+    raises `SpecError` naming the offending field."""
+    raw = apply_defaults(spec_schema(), copy.deepcopy(dict(body.get("spec") or {})))
+    _check(raw)
+    meta = body["metadata"]
+    model, gpu, cache, probes = raw["model"], raw["gpu"], raw["modelCache"], raw["probes"]
+    key_ref = raw.get("apiKeySecretRef")
+    return ServiceSpec(
+        name=meta["name"],
+        namespace=meta.get("namespace") or "default",
+        model=ModelSpec(
+            model["source"], model.get("servedName"), model.get("revision"), model.get("parameters")
+        ),
+        image=raw.get("image") or (DEFAULT_IMAGE if gpu["enabled"] else DEFAULT_CPU_IMAGE),
+        image_pull_policy=raw["imagePullPolicy"],
+        replicas=int(raw["replicas"]),
+        tensor=raw["parallelism"]["tensor"],
+        gpu=GpuSpec(gpu["enabled"], gpu["resourceName"], gpu.get("memoryGiB")),
+        runtime=_runtime(raw["runtime"]),
+        resources=raw.get("resources") or {},
+        node_selector=raw.get("nodeSelector") or {},
+        tolerations=tuple(raw.get("tolerations") or ()),
+        affinity=raw.get("affinity"),
+        cache_pvc=cache["pvc"]["claimName"] if "pvc" in cache else None,
+        cache_size=cache["emptyDir"].get("sizeLimit") if "emptyDir" in cache else None,
+        shm_size=raw["shmSize"],
+        rollout=RolloutSpec(
+            raw["rollout"]["strategy"], raw["rollout"]["maxSurge"], raw["rollout"]["maxUnavailable"]
+        ),
+        startup=ProbeTiming.parse(probes["startup"]),
+        readiness=ProbeTiming.parse(probes["readiness"]),
+        liveness=ProbeTiming.parse(probes["liveness"]),
+        service_type=raw["service"]["type"],
+        service_port=int(raw["service"]["port"]),
+        api_key_secret=(key_ref["name"], key_ref["key"]) if key_ref else None,
+        env=tuple(raw.get("env") or ()),
+    )

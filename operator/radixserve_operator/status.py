@@ -1,0 +1,222 @@
+"""Status from what exists: the custom resource, its Deployment and the Deployment's pods -> the
+resource's `status` (conditions Ready / Progressing / Degraded, counts, TP, endpoint, selector).
+Pure: the caller reads the objects and writes the result."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from radixserve_operator import ANNOTATION_GENERATION, ANNOTATION_GPUS, ANNOTATION_TP
+from radixserve_operator.builders import selector_string
+
+READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+INVALID_SPEC = "InvalidSpec"
+INSUFFICIENT_GPU = "InsufficientGPU"
+BAD_CONTAINER_STATES = (
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+)
+
+
+class Verdict(NamedTuple):
+    ready: bool
+    progressing: bool
+    degraded: bool
+    reason: str
+    message: str
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get_condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in (status or {}).get("conditions") or ():
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def _conditions(
+    prev: dict[str, Any] | None, v: Verdict, generation: int, now: str
+) -> list[dict[str, Any]]:
+    out = []
+    healthy_reason = "AsExpected" if not v.degraded else v.reason
+    for type_, flag, reason in (
+        (READY, v.ready, v.reason),
+        (PROGRESSING, v.progressing, v.reason),
+        (DEGRADED, v.degraded, healthy_reason),
+    ):
+        status = "True" if flag else "False"
+        old = get_condition(prev, type_)
+        changed = old is None or old.get("status") != status
+        out.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": v.message if (flag or type_ != DEGRADED) else "",
+                "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def _pod_problems(pods: list[dict[str, Any]]) -> tuple[list[str], list[str], bool]:
+    """(scheduler messages of unschedulable pods, bad container states, any pod terminating)."""
+    unschedulable, broken, terminating = [], [], False
+    for pod in pods:
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            terminating = True
+            continue
+        st = pod.get("status") or {}
+        for c in st.get("conditions") or ():
+            if (
+                c.get("type") == "PodScheduled"
+                and c.get("status") == "False"
+                and c.get("reason") == "Unschedulable"
+            ):
+                unschedulable.append(c.get("message") or "unschedulable")
+        for cs in st.get("containerStatuses") or ():
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in BAD_CONTAINER_STATES:
+                name = pod["metadata"].get("name", "?")
+                broken.append(
+                    f"{name}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                )
+    return unschedulable, broken, terminating
+
+
+def _deployment_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return get_condition(dep.get("status"), type_)
+
+
+def verdict(
+    spec: dict[str, Any],
+    deployment: dict[str, Any],
+    pods: list[dict[str, Any]],
+    gpu_nodes: int | None,
+) -> Verdict:
+    """The rollout's state, given a Deployment that carries the resource's latest generation."""
+    want = int(deployment["spec"].get("replicas", 1))
+    st = deployment.get("status") or {}
+    observed = deployment["metadata"].get("generation") == st.get("observedGeneration")
+    total, updated, ready = (
+        int(st.get(k) or 0) for k in ("replicas", "updatedReplicas", "readyReplicas")
+    )
+    progress = f"{updated}/{want} updated, {ready}/{want} ready, {total} total"
+    if want == 0:
+        return Verdict(False, False, False, "ScaledToZero", "spec.replicas is 0")
+    if observed and updated == want and total == want and ready == want:
+        return Verdict(True, False, False, "RolloutComplete", f"{ready}/{want} replicas ready")
+    unschedulable, broken, terminating = _pod_problems(pods)
+    gpu = (spec.get("gpu") or {}).get("resourceName", "nvidia.com/gpu")
+    gpu_enabled = (spec.get("gpu") or {}).get("enabled", True)
+    if gpu_enabled and gpu_nodes == 0:
+        msg = f"no node advertises {gpu}" + (
+            f"; scheduler: {unschedulable[0]}" if unschedulable else ""
+        )
+        return Verdict(False, False, True, INSUFFICIENT_GPU, msg)
+    if unschedulable and not terminating:
+        if gpu_enabled and gpu in unschedulable[0]:
+            return Verdict(False, False, True, INSUFFICIENT_GPU, unschedulable[0])
+        return Verdict(False, False, True, "Unschedulable", unschedulable[0])
+    if broken:
+        return Verdict(False, True, True, broken[0].split(": ")[1], "; ".join(broken))
+    stalled = _deployment_condition(deployment, "Progressing")
+    if stalled and stalled.get("reason") == "ProgressDeadlineExceeded":
+        return Verdict(
+            False, False, True, "ProgressDeadlineExceeded", stalled.get("message", progress)
+        )
+    failure = _deployment_condition(deployment, "ReplicaFailure")
+    if failure and failure.get("status") == "True":
+        return Verdict(False, True, True, "ReplicaFailure", failure.get("message", ""))
+    if unschedulable:
+        progress += "; waiting for terminating pods to release their GPUs"
+    return Verdict(False, True, False, "RollingOut", progress)
+
+
+def compute_status(
+    resource: dict[str, Any],
+    deployment: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    gpu_nodes: int | None = None,
+    now: str | None = None,
+) -> dict[str, Any]:
+    """The resource's new `status`. An InvalidSpec verdict for the current generation (written by
+    the reconciler) stands until the spec changes; only the counts move."""
+    now = now or now_iso()
+    meta, spec, prev = (
+        resource["metadata"],
+        resource.get("spec") or {},
+        resource.get("status") or {},
+    )
+    generation = int(meta.get("generation") or 1)
+    port = (spec.get("service") or {}).get("port", 8000)
+    status: dict[str, Any] = {
+        "endpoint": f"http://{meta['name']}.{meta.get('namespace', 'default')}.svc:{port}/v1",
+        "selector": selector_string(meta["name"]),
+    }
+    for key in ("tensorParallelSize", "gpusPerReplica"):
+        if key in prev:
+            status[key] = prev[key]
+    dep_generation = generation
+    if deployment is not None:
+        st, notes = deployment.get("status") or {}, deployment["metadata"].get("annotations") or {}
+        status.update(
+            replicas=int(st.get("replicas") or 0),
+            readyReplicas=int(st.get("readyReplicas") or 0),
+            updatedReplicas=int(st.get("updatedReplicas") or 0),
+        )
+        if ANNOTATION_TP in notes:
+            status["tensorParallelSize"] = int(notes[ANNOTATION_TP])
+            status["gpusPerReplica"] = int(notes.get(ANNOTATION_GPUS, notes[ANNOTATION_TP]))
+        dep_generation = int(notes.get(ANNOTATION_GENERATION, 0))
+    else:
+        status.update(replicas=0, readyReplicas=0, updatedReplicas=0)
+
+    ready_cond = get_condition(prev, READY)
+    if (
+        ready_cond
+        and ready_cond.get("reason") == INVALID_SPEC
+        and ready_cond.get("observedGeneration") == generation
+    ):
+        status["conditions"] = prev["conditions"]
+        status["observedGeneration"] = generation
+        return status
+    if deployment is None or dep_generation != generation:
+        v = Verdict(False, True, False, "Reconciling", f"applying generation {generation}")
+        observed = prev.get("observedGeneration", 0)
+    else:
+        v = verdict(spec, deployment, pods, gpu_nodes)
+        observed = generation
+    status["conditions"] = _conditions(prev, v, observed, now)
+    status["observedGeneration"] = observed
+    return status
+
+
+def invalid_status(
+    resource: dict[str, Any], message: str, now: str | None = None
+) -> dict[str, Any]:
+    generation = int(resource["metadata"].get("generation") or 1)
+    prev = resource.get("status") or {}
+    v = Verdict(False, False, True, INVALID_SPEC, message)
+    return {
+        "conditions": _conditions(prev, v, generation, now or now_iso()),
+        "observedGeneration": generation,
+    }
+
+
+def problem_reason(status: dict[str, Any]) -> str | None:
+    """The reason of a True Degraded condition, if any."""
+    c = get_condition(status, DEGRADED)
+    return c.get("reason") if c and c.get("status") == "True" else None
+
+
+def is_ready(status: dict[str, Any] | None) -> bool:
+    c = get_condition(status, READY)
+    return bool(c and c.get("status") == "True")

@@ -1,0 +1,42 @@
+"""One backend for prefill, another for decode (e.g. `--attn flashinfer,triton`)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from radixserve.attention.base import BaseAttnBackend
+
+if TYPE_CHECKING:
+    from radixserve.engine.batch import Batch
+
+
+class HybridBackend(BaseAttnBackend):
+    def __init__(self, prefill: BaseAttnBackend, decode: BaseAttnBackend) -> None:
+        super().__init__(prefill.cfg)
+        self.prefill, self.decode = prefill, decode
+
+    def _pick(self, batch: Batch) -> BaseAttnBackend:
+        return self.decode if batch.is_decode else self.prefill
+
+    def prepare(self, batch: Batch) -> None:
+        self._pick(batch).prepare(batch)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
+        return self._pick(batch).forward(q, k, v, layer_id, batch)
+
+    # CUDA graphs only ever capture decode batches
+    @property
+    def supports_cuda_graph(self) -> bool:
+        return self.decode.supports_cuda_graph
+
+    def init_cuda_graph(self, max_bs: int) -> None:
+        self.decode.init_cuda_graph(max_bs)
+
+    def prepare_for_capture(self, batch: Batch) -> None:
+        self.decode.prepare_for_capture(batch)
+
+    def prepare_for_replay(self, batch: Batch) -> None:
+        self.decode.prepare_for_replay(batch)

@@ -1,0 +1,89 @@
+"""Attention with our own Triton kernels (`radixserve_kernels`): flash-decoding for decode
+batches, a paged causal kernel for prefill/extend; decode can be captured in CUDA graphs."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
+
+if TYPE_CHECKING:
+    from radixserve.engine.batch import Batch
+
+
+class TritonMetadata(NamedTuple):
+    req_rows: torch.Tensor  # [bs] page-table row of each request
+    seq_lens: torch.Tensor  # [bs] int32
+    extend_lens: torch.Tensor | None  # [bs] int32; None for decode
+    qo_start: torch.Tensor | None  # [bs] int32 first row of each request's tokens in q
+    max_extend: int
+    num_splits: int  # decode only
+
+
+@ATTN_BACKENDS.register("triton")
+class TritonBackend(BaseAttnBackend):
+    def __init__(self, cfg: AttnConfig) -> None:
+        super().__init__(cfg)
+        from radixserve_kernels._utils import device_sms
+
+        self._sms = device_sms(cfg.page_table)
+        self._graph_rows: torch.Tensor | None = None
+        self._graph_seq_lens: torch.Tensor | None = None
+
+    def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor) -> TritonMetadata:
+        from radixserve_kernels import decode_num_splits
+
+        splits = decode_num_splits(req_rows.shape[0], self.cfg.num_kv_heads, self._sms)
+        return TritonMetadata(req_rows, seq_lens, None, None, 1, splits)
+
+    def prepare(self, batch: Batch) -> None:
+        if batch.is_decode:
+            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens)
+            return
+        ext = batch.extend_lens
+        qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
+        batch.attn_metadata = TritonMetadata(
+            batch.req_rows, batch.seq_lens, ext, qo_start, max(batch.extend_lens_cpu), 0
+        )
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
+        from radixserve_kernels import decode_attention, extend_attention, store_kv
+
+        md: TritonMetadata = batch.attn_metadata  # type: ignore[assignment]
+        pool, cfg = self.cfg.kv_pool, self.cfg
+        k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
+        store_kv(k_cache, v_cache, k, v, batch.out_loc)
+        if md.extend_lens is None:
+            return decode_attention(
+                q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, cfg.scale,
+                num_splits=md.num_splits,
+            )
+        return extend_attention(
+            q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, md.extend_lens,
+            cfg.scale, md.qo_start, md.max_extend,
+        )
+
+    # CUDA graphs: the captured kernels read request rows and lengths from static buffers that
+    # every replay refills in place; the batch handed in is already padded to a captured size.
+    def init_cuda_graph(self, max_bs: int) -> None:
+        dev = self.cfg.device
+        self._graph_rows = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self._graph_seq_lens = torch.ones(max_bs, dtype=torch.int32, device=dev)
+
+    def _fill_static(self, batch: Batch) -> None:
+        assert batch.is_decode, "CUDA graphs capture decode batches only"
+        assert self._graph_rows is not None and self._graph_seq_lens is not None, "init_cuda_graph first"
+        bs = batch.bs
+        rows, seq_lens = self._graph_rows[:bs], self._graph_seq_lens[:bs]
+        rows.copy_(batch.req_rows, non_blocking=True)
+        seq_lens.copy_(batch.seq_lens, non_blocking=True)
+        batch.attn_metadata = self._decode_metadata(rows, seq_lens)
+
+    def prepare_for_capture(self, batch: Batch) -> None:
+        self._fill_static(batch)
+
+    def prepare_for_replay(self, batch: Batch) -> None:
+        self._fill_static(batch)

@@ -1,0 +1,47 @@
+"""The same requests through Hugging Face transformers `generate` (left-padded batches)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from radixserve.bench.workload import BenchRequest
+
+
+def load_hf_model(model_path: Path, dtype: torch.dtype, device: torch.device, dummy: bool):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if dummy:
+        cfg = AutoConfig.from_pretrained(model_path)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+    return model.eval()
+
+
+@torch.inference_mode()
+def run_transformers(model, reqs: list[BenchRequest], batch_size: int, pad_id: int) -> tuple[float, int]:
+    """Returns (seconds, output tokens requested). Each batch generates its longest output length
+    for every row (generate has one length per batch); only requested tokens are counted."""
+    dev = next(model.parameters()).device
+    start = time.perf_counter()
+    total = 0
+    for i in range(0, len(reqs), batch_size):
+        chunk = reqs[i : i + batch_size]
+        width = max(len(r.input_ids) for r in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, r in enumerate(chunk):
+            ids[j, width - len(r.input_ids):] = torch.tensor(r.input_ids)
+            mask[j, width - len(r.input_ids):] = 1
+        new = max(r.output_len for r in chunk)
+        model.generate(
+            input_ids=ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=new,
+            min_new_tokens=new, do_sample=False, pad_token_id=pad_id,
+        )
+        total += sum(r.output_len for r in chunk)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, total

@@ -1,0 +1,32 @@
+"""Decode step time at fixed batch sizes: every request past its prompt, timing only decode steps."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler.scheduler import Scheduler
+
+
+def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int) -> float:
+    g = torch.Generator().manual_seed(bs)
+    for i in range(bs):
+        ids = torch.randint(1, 1000, (input_len,), generator=g).tolist()
+        sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=steps + 8, ignore_eos=True))
+    while sched.waiting or any(not r.prefill_done for r in sched.running):
+        sched.step()
+    for _ in range(4):  # settle the overlap pipeline on pure decode
+        sched.step()
+    sync = torch.cuda.synchronize if sched.device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        sched.step()
+    sync()
+    ms = (time.perf_counter() - start) * 1000 / steps
+    for r in list(sched.running):
+        sched.abort(r.uid)
+    while sched.has_work:
+        sched.step()
+    return ms

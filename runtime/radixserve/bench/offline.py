@@ -1,0 +1,39 @@
+"""`radixserve bench offline`: output tokens/s of the engine on a fixed workload, optionally
+against transformers and with features ablated, all in one command."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from radixserve.bench.workload import BenchRequest
+from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler.scheduler import Scheduler
+
+
+def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> tuple[float, int]:
+    """Feed every request at once and step until all finish: (seconds, output tokens)."""
+    if sched.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i, r in enumerate(reqs):
+        sched.add_request(uid0 + i, r.input_ids, SamplingParams(max_tokens=r.output_len, ignore_eos=True))
+    produced = 0
+    while sched.has_work:
+        produced += len(sched.step())
+    if sched.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, produced
+
+
+def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> float:  # noqa: ANN001
+    """Build a scheduler, warm it on the first `warmup` requests, then time the whole workload."""
+    sched = sched_factory()
+    if warmup:
+        run_scheduler(sched, reqs[:warmup], uid0=10**9)
+    secs, toks = run_scheduler(sched, reqs)
+    assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
+    del sched
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return toks / secs

@@ -1,0 +1,33 @@
+"""Model shapes for `--model-preset NAME --dummy-weights`: exact configs of public models, written as
+a config-only directory so the engine and transformers can both build them with random weights."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+_QWEN3_COMMON = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+    "head_dim": 128, "num_key_value_heads": 8, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "max_position_embeddings": 40960, "hidden_act": "silu", "attention_bias": False,
+    "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16",
+}
+PRESETS: dict[str, dict] = {
+    "qwen3-0.6b": {**_QWEN3_COMMON, "hidden_size": 1024, "intermediate_size": 3072,
+                   "num_hidden_layers": 28, "num_attention_heads": 16, "tie_word_embeddings": True},
+    "qwen3-4b": {**_QWEN3_COMMON, "hidden_size": 2560, "intermediate_size": 9728,
+                 "num_hidden_layers": 36, "num_attention_heads": 32, "tie_word_embeddings": True},
+    "qwen3-14b": {**_QWEN3_COMMON, "hidden_size": 5120, "intermediate_size": 17408,
+                  "num_hidden_layers": 40, "num_attention_heads": 40, "tie_word_embeddings": False},
+}
+
+
+def preset_dir(name: str) -> Path:
+    """A directory holding only `config.json` for the preset (weights come from --dummy-weights)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    root = Path(os.environ.get("RADIXSERVE_CACHE_DIR", Path.home() / ".cache" / "radixserve"))
+    path = root / "presets" / name
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(PRESETS[name], indent=2))
+    return path

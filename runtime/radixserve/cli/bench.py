@@ -1,0 +1,150 @@
+"""`radixserve bench offline|latency|online`."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from radixserve.config import add_engine_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks")
+    bsub = p.add_subparsers(dest="bench", required=True)
+    off = bsub.add_parser("offline", help="offline throughput (output tokens/s)")
+    add_engine_args(off)
+    off.add_argument("--model-preset", default=None, help="a model shape, e.g. qwen3-0.6b (with --dummy-weights)")
+    off.add_argument("--dummy-weights", action="store_true", help="random weights of the model's exact shapes")
+    off.add_argument("--num-prompts", type=int, default=None)
+    off.add_argument("--input-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
+    off.add_argument("--output-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
+    off.add_argument("--baseline", choices=["transformers", "none"], default="transformers")
+    off.add_argument("--baseline-batch-size", type=int, default=64)
+    off.add_argument("--ablate", action="store_true", help="rerun without overlap, CUDA graphs, radix cache")
+    off.add_argument("--warmup", type=int, default=16, help="requests run before the timed region")
+    off.set_defaults(func=run_offline)
+
+    lat = bsub.add_parser("latency", help="decode step time at fixed batch sizes")
+    add_engine_args(lat)
+    lat.add_argument("--model-preset", default=None)
+    lat.add_argument("--dummy-weights", action="store_true")
+    lat.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    lat.add_argument("--input-len", type=int, default=128)
+    lat.add_argument("--steps", type=int, default=64)
+    lat.set_defaults(func=run_latency)
+
+    on = bsub.add_parser("online", help="Poisson arrivals against a running server")
+    on.add_argument("--base-url", default="http://127.0.0.1:8000")
+    on.add_argument("--served-model", default=None, help="model name (default: the server's first)")
+    on.add_argument("--num-prompts", type=int, default=200)
+    on.add_argument("--input-len", type=int, nargs=2, default=[100, 1024], metavar=("MIN", "MAX"))
+    on.add_argument("--output-len", type=int, nargs=2, default=[100, 1024], metavar=("MIN", "MAX"))
+    on.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (inf: all at once)")
+    on.add_argument("--max-concurrency", type=int, default=256)
+    on.add_argument("--vocab-size", type=int, default=32000, help="token ids are drawn below this")
+    on.set_defaults(func=run_online_cli)
+
+
+def _engine_configs(args: argparse.Namespace):  # noqa: ANN202
+    import dataclasses
+
+    from radixserve.bench.presets import preset_dir
+    from radixserve.config import configs_from_args
+
+    if args.model_preset:
+        if not args.dummy_weights:
+            raise SystemExit("--model-preset has no weights: add --dummy-weights")
+        args.model = str(preset_dir(args.model_preset))
+    eng, sch = configs_from_args(args)
+    if args.dummy_weights:
+        eng = dataclasses.replace(eng, load_format="dummy")
+    return eng, sch
+
+
+def run_latency(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from radixserve.bench.latency import decode_step_ms
+    from radixserve.scheduler.scheduler import Scheduler
+
+    eng, sch = _engine_configs(args)
+    sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
+    sched = Scheduler(eng, sch)
+    print(f"decode step, input {args.input_len} tokens, {args.steps} steps, {sched.device} "
+          f"({sched.engine.dtype}), attention {type(sched.engine.attn_backend).__name__}, "
+          f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}")
+    for i, bs in enumerate(args.batch_sizes):
+        ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
+        print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s")
+    return 0
+
+
+def run_online_cli(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import httpx
+
+    from radixserve.bench.online import report, run_online
+    from radixserve.bench.workload import random_workload
+
+    model = args.served_model or httpx.get(f"{args.base_url}/v1/models").json()["data"][0]["id"]
+    reqs = random_workload(args.num_prompts, tuple(args.input_len), tuple(args.output_len), args.vocab_size)
+    results, secs = asyncio.run(run_online(args.base_url, model, reqs, args.request_rate, args.max_concurrency))
+    print(f"online: {args.num_prompts} requests at rate {args.request_rate}/s against {args.base_url} ({model})")
+    print(report(results, secs))
+    return 0 if all(r.ok for r in results) else 1
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from radixserve.bench.baseline import load_hf_model, run_transformers
+    from radixserve.bench.offline import bench_config
+    from radixserve.bench.workload import random_workload
+    from radixserve.scheduler.scheduler import Scheduler
+
+    eng, sch = _engine_configs(args)
+    big = args.model_preset is not None
+    n = args.num_prompts or (256 if big else 64)
+    in_rng = tuple(args.input_len or ((100, 1024) if big else (32, 256)))
+    out_rng = tuple(args.output_len or ((100, 1024) if big else (64, 64)))
+
+    sched = Scheduler(eng, sch)
+    reqs = random_workload(n, in_rng, out_rng, sched.vocab_size, seed=0)
+    dev, dtype, path = sched.device, sched.engine.dtype, sched.model_path
+    print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
+          f"model {args.model_preset or path} on {dev} ({dtype}), attention {type(sched.engine.attn_backend).__name__}")
+    del sched
+
+    def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:  # noqa: ANN001
+        old = {k: os.environ.get(k) for k in (env or {})}
+        os.environ.update(env or {})
+        try:
+            tps = bench_config(lambda: Scheduler(e, s), reqs, args.warmup)
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        print(f"{label:<28} {tps:>10.1f} output tok/s")
+        return tps
+
+    ours = run("radixserve")
+    if args.ablate:
+        for label, kw in [
+            ("  overlap off", dict(env={"RADIXSERVE_DISABLE_OVERLAP": "1"})),
+            ("  cuda graphs off", dict(e=dataclasses.replace(eng, cuda_graph_max_bs=0))),
+            ("  naive cache", dict(s=dataclasses.replace(sch, cache="naive"))),
+        ]:
+            tps = run(label, **kw)
+            print(f"{'':<28} {100 * (ours - tps) / tps:>+9.1f}% from the feature")
+    if args.baseline == "transformers":
+        model = load_hf_model(path, dtype, dev, args.dummy_weights)
+        pad = model.config.pad_token_id or 0
+        secs, toks = run_transformers(model, reqs, args.baseline_batch_size, pad)
+        hf = toks / secs
+        print(f"{'transformers generate':<28} {hf:>10.1f} output tok/s (batch {args.baseline_batch_size})")
+        print(f"{'ratio radixserve/transformers':<28} {ours / hf:>10.2f}x")
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return 0

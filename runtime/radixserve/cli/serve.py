@@ -1,0 +1,38 @@
+"""`radixserve serve`: the OpenAI-compatible HTTP server."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from radixserve.config import ServerConfig, add_engine_args, configs_from_args
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
+    p.add_argument("--num-tokenizer", type=int, default=0, help="tokenizer processes (0: the detokenizer tokenizes too)")
+    p.add_argument("--api-key", default=os.environ.get("RADIXSERVE_API_KEY"), help="require this bearer token (env RADIXSERVE_API_KEY)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get to finish on SIGTERM")
+
+
+def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
+    if args.num_tokenizer < 0:
+        raise SystemExit(f"--num-tokenizer must be non-negative, got {args.num_tokenizer}")
+    engine, sched = configs_from_args(args)
+    return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
+                        served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
+                        api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    from radixserve.server.launch import serve
+
+    return serve(server_config_from_args(args))
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve the OpenAI-compatible HTTP API")
+    add_engine_args(p)
+    add_server_args(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,119 @@
+"""`radixserve shell`: chat with a model in the terminal. The engine runs in this process
+(`Scheduler` plus the server's incremental detokenizer); replies stream as they are generated.
+`/reset` clears the history, `/exit` or Ctrl-D leaves, Ctrl-C cancels the reply being written."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import signal
+import sys
+
+from radixserve.config import add_engine_args, configs_from_args
+from radixserve.messages import TokenizeMsg, TokenMsg
+from radixserve.sampling_params import SamplingParams
+
+HELP = "Type a message. /reset clears the history, /exit (or Ctrl-D) leaves, Ctrl-C cancels a reply."
+
+
+class ChatShell:
+    def __init__(self, scheduler, tokenizer, params: SamplingParams, system: str | None) -> None:
+        from radixserve.tokenizer.detokenize import DetokenizeManager
+        from radixserve.tokenizer.tokenize import TokenizeManager
+
+        self.scheduler, self.params, self.system = scheduler, params, system
+        self.tokenize = TokenizeManager(tokenizer)
+        self.detok = DetokenizeManager(tokenizer)
+        self.uids = itertools.count(1)
+        self.history: list[dict] = []
+        self.cancelled = False
+
+    def reset(self) -> None:
+        self.history.clear()
+
+    def _on_sigint(self, *_) -> None:
+        self.cancelled = True
+
+    def turn(self, text: str, out=sys.stdout) -> None:
+        """Answer one user message, streaming the reply to `out`; keeps both in the history."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        chat = system + self.history + [{"role": "user", "content": text}]
+        ids = self.tokenize.tokenize(TokenizeMsg(0, self.params, chat=chat))
+        uid = next(self.uids)
+        try:
+            self.scheduler.add_request(uid, ids, dataclasses.replace(self.params))
+        except ValueError as e:
+            out.write(f"[error: {e}]\n")
+            return
+        self.detok.start(uid, self.params.stop, False)
+        reply, generated, reason = "", 0, None
+        self.cancelled = False
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            while reason is None:
+                if self.cancelled:  # checked between steps, so the scheduler is never torn mid-step
+                    self.scheduler.abort(uid)
+                    self.detok.finish(uid)
+                    reason = "cancelled"
+                    break
+                for o in self.scheduler.step():
+                    if o.uid != uid:
+                        continue
+                    r, stopped = self.detok.process(TokenMsg(o.uid, o.token_id, o.finished, o.finish_reason, len(ids)))
+                    if stopped:
+                        self.scheduler.abort(uid)
+                    if r is not None:
+                        reply, generated = reply + r.text, r.completion_tokens
+                        out.write(r.text)
+                        out.flush()
+                        reason = r.finish_reason if r.finished else None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+        out.write(f"\n[{len(ids)} prompt tokens, {generated} generated, {reason}]\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from prompt_toolkit import PromptSession
+    from transformers import AutoTokenizer
+
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.server.launch import resolve_model_path
+
+    engine, sched = configs_from_args(args)
+    model_path = resolve_model_path(engine.model)
+    print(f"loading {engine.model or model_path} …", flush=True)
+    scheduler = Scheduler(dataclasses.replace(engine, model=model_path), sched)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
+    shell = ChatShell(scheduler, tokenizer, params, args.system)
+    session: PromptSession = PromptSession()
+    print(HELP, flush=True)
+    while True:
+        try:
+            line = session.prompt("you> ").strip()
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            break
+        if line == "/exit":
+            break
+        if line == "/reset":
+            shell.reset()
+            print("[history cleared]", flush=True)
+        elif line.startswith("/"):
+            print(f"[unknown command {line}] {HELP}", flush=True)
+        elif line:
+            shell.turn(line)
+    print("bye", flush=True)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("shell", help="chat with the model in the terminal")
+    add_engine_args(p)
+    p.add_argument("--max-tokens", type=int, default=512, help="longest reply")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--system", default=None, help="a system prompt")
+    p.set_defaults(func=run)

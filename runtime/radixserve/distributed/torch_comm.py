@@ -1,0 +1,62 @@
+"""torch.distributed collectives: NCCL (GPU) or gloo (CPU) for tensors, and always a gloo group
+for host-side control messages, so the request broadcast never touches the GPU stream."""
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from radixserve.distributed.comm import BaseCommunicator, set_comm
+from radixserve.distributed.info import set_tp_info
+
+# an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
+CONTROL_TIMEOUT = datetime.timedelta(days=30)
+
+
+class TorchCommunicator(BaseCommunicator):
+    def __init__(self, size: int, control: dist.ProcessGroup) -> None:
+        self.size, self.control = size, control
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        return x
+
+    def all_gather(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(self.size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=dim)
+
+    def min_int(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.control)
+        return int(t.item())
+
+    def broadcast_bytes(self, payload: bytes | None) -> bytes:
+        n = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
+        dist.broadcast(n, src=0, group=self.control)
+        buf = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None
+               else torch.empty(int(n.item()), dtype=torch.uint8))
+        if n.item():
+            dist.broadcast(buf, src=0, group=self.control)
+        return buf.numpy().tobytes()
+
+
+def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> None:
+    """Join the TP group (blocks until every rank has joined) and install the communicator."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (see docs)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
+                            timeout=CONTROL_TIMEOUT, device_id=device if device.type == "cuda" else None)
+    control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT) if backend == "nccl" else dist.group.WORLD
+    set_tp_info(rank, size)
+    set_comm(TorchCommunicator(size, control))
+
+
+def shutdown_tp() -> None:
+    """Leave the TP group and return to the TP=1 identity (a new group may be joined later)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    set_tp_info(0, 1)
+    set_comm(BaseCommunicator())

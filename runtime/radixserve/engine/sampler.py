@@ -1,0 +1,87 @@
+"""Token selection: greedy, temperature, top-k, top-p, min-p, penalties, per-request seeds."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.req import Req
+
+
+class SampleResult(NamedTuple):
+    tokens: torch.Tensor  # [bs] int64, on the logits' device
+    chosen_logprob: torch.Tensor | None = None  # [bs] float32, when any request asked for logprobs
+    top_ids: torch.Tensor | None = None  # [bs, K] best tokens, K = the largest count asked for
+    top_logprobs: torch.Tensor | None = None  # [bs, K]
+
+
+def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
+    """OpenAI presence/frequency penalties over generated tokens; HF repetition penalty over
+    prompt and generated tokens."""
+    p = req.params
+    if p.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(req.all_ids)), device=logits.device)
+        vals = logits[seen]
+        logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and req.output_ids:
+        out = torch.tensor(req.output_ids, device=logits.device)
+        counts = torch.bincount(out, minlength=logits.shape[-1])[: logits.shape[-1]].to(logits.dtype)
+        logits -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+    return logits
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
+    """Mask (to -inf) tokens outside top-k, the top-p nucleus and the min-p floor. [V] float32."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if min_p > 0.0:
+        probs = torch.softmax(logits, -1)
+        logits = logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = torch.softmax(sorted_logits, -1).cumsum(-1)
+        drop = cum - torch.softmax(sorted_logits, -1) >= top_p  # keep the token that crosses top_p
+        logits = logits.clone()
+        logits[order[drop]] = float("-inf")
+    return logits
+
+
+def _needs_penalty(req: Req) -> bool:
+    p = req.params
+    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+
+
+class Sampler:
+    def __init__(self, device: torch.device, seed: int = 0) -> None:
+        self.device = device
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def new_request_generator(self, seed: int) -> torch.Generator:
+        g = torch.Generator(device=self.device)
+        g.manual_seed(seed)
+        return g
+
+    def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleResult:
+        """logits [bs, V] float32, one row per request (rows may be modified in place). Stays on
+        the device: nothing here waits for the GPU."""
+        for i, req in enumerate(reqs):
+            if _needs_penalty(req):
+                logits[i] = apply_penalties(logits[i], req)
+        want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
+        logp = torch.log_softmax(logits, -1) if want_lp else None
+        tokens = logits.argmax(-1)
+        for i, req in enumerate(reqs):
+            p = req.params
+            if p.is_greedy:
+                continue
+            row = filter_logits(logits[i] / p.temperature, p.top_k, p.top_p, p.min_p)
+            gen = req.generator or self.generator
+            tokens[i] = torch.multinomial(torch.softmax(row, -1), 1, generator=gen)[0]
+        if logp is None:
+            return SampleResult(tokens)
+        top = torch.topk(logp, max(want_lp), dim=-1)
+        chosen = logp.gather(1, tokens[:, None])[:, 0]
+        return SampleResult(tokens, chosen, top.indices, top.values)

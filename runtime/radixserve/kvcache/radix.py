@@ -1,0 +1,245 @@
+"""The radix prefix cache: a tree of token runs, split only at page boundaries.
+
+Invariants (`check_integrity` walks the tree and checks each one):
+- a non-root node's `key` (token ids) and `indices` (KV slots) have the same non-zero length, a
+  multiple of page_size; its parent's `children` holds it under `key[:page_size]`;
+- `ref(node) == locks(node) + sum(ref(child))`, where `locks(node)` counts the live `lock` calls
+  whose handle is this node; so `ref(node)` is the number of locks whose handle lies in its
+  subtree, and `ref(node) >= ref(child)`: a locked node's ancestors are locked too;
+- `protected` is the tokens of non-root nodes with ref > 0, `evictable` those with ref == 0;
+- `_leaves` is exactly the set of non-root childless nodes with ref == 0 (eviction candidates);
+- a parent was accessed no earlier than its child (every walk touches a whole root path), so
+  evicting the least recently used leaf never evicts something fresher than what it keeps;
+- no slot appears twice, and each page of slots is whole and in order.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any
+
+import torch
+
+from radixserve.kvcache.base import PREFIX_CACHES, BasePrefixCache, MatchResult, SizeInfo
+
+
+class RadixNode:
+    __slots__ = ("children", "indices", "key", "last_access", "locks", "parent", "ref", "uid")
+    _uids = itertools.count()
+
+    def __init__(
+        self,
+        key: tuple[int, ...],
+        indices: torch.Tensor,
+        parent: RadixNode | None,
+        last_access: int,
+        ref: int = 0,
+    ) -> None:
+        self.key = key
+        self.indices = indices
+        self.parent = parent
+        self.children: dict[tuple[int, ...], RadixNode] = {}
+        self.ref = ref
+        self.locks = 0
+        self.last_access = last_access
+        self.uid = next(RadixNode._uids)  # tie-break for the eviction heap
+
+    def __repr__(self) -> str:
+        return f"RadixNode(len={len(self.key)}, ref={self.ref}, locks={self.locks})"
+
+
+@PREFIX_CACHES.register("radix")
+class RadixPrefixCache(BasePrefixCache):
+    def __init__(self, page_size: int, device: torch.device | str) -> None:
+        super().__init__(page_size, device)
+        self.reset()
+
+    def reset(self) -> None:
+        self._root = RadixNode((), self.empty_indices(), None, 0)
+        self._clock = 0
+        self._evictable = 0
+        self._protected = 0
+        self._leaves: set[RadixNode] = set()
+
+    @property
+    def size_info(self) -> SizeInfo:
+        return SizeInfo(evictable=self._evictable, protected=self._protected)
+
+    def match_prefix(self, input_ids: list[int]) -> MatchResult:
+        node, matched, parts = self._walk(tuple(input_ids), self._tick())
+        indices = torch.cat(parts) if parts else self.empty_indices()
+        return MatchResult(node, matched, indices)
+
+    def lock(self, handle: Any) -> None:
+        node: RadixNode = handle
+        assert node is self._root or node.parent is not None, "locking an evicted node"
+        node.locks += 1
+        while node is not None:
+            if node.ref == 0 and node is not self._root:
+                self._evictable -= len(node.key)
+                self._protected += len(node.key)
+                self._leaves.discard(node)
+            node.ref += 1
+            node = node.parent
+
+    def unlock(self, handle: Any) -> None:
+        node: RadixNode = handle
+        assert node.locks > 0, "unlock without a matching lock"
+        node.locks -= 1
+        while node is not None:
+            assert node.ref > 0, f"{node} unlocked below zero"
+            node.ref -= 1
+            if node.ref == 0 and node is not self._root:
+                self._evictable += len(node.key)
+                self._protected -= len(node.key)
+                if not node.children:
+                    self._leaves.add(node)
+            node = node.parent
+
+    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor) -> int:
+        ids = tuple(input_ids)
+        assert len(ids) % self.page_size == 0, f"insert of {len(ids)} tokens is not page-aligned"
+        assert len(indices) == len(ids), f"{len(ids)} tokens but {len(indices)} slots"
+        tick = self._tick()
+        node, matched, _ = self._walk(ids, tick)
+        if matched < len(ids):
+            new_slots = indices[matched:].to(self.device, torch.int64, copy=True)
+            child = RadixNode(ids[matched:], new_slots, node, tick)
+            node.children[child.key[: self.page_size]] = child
+            self._leaves.discard(node)
+            self._leaves.add(child)
+            self._evictable += len(child.key)
+        return matched
+
+    def evict(self, num_tokens: int) -> torch.Tensor:
+        heap = [(n.last_access, n.uid, n) for n in self._leaves] if num_tokens > 0 else []
+        heapq.heapify(heap)
+        freed: list[torch.Tensor] = []
+        num_freed = 0
+        while num_freed < num_tokens and heap:
+            node = heapq.heappop(heap)[2]
+            parent = node.parent
+            assert parent is not None and node.ref == 0 and not node.children
+            del parent.children[node.key[: self.page_size]]
+            node.parent = None
+            self._leaves.remove(node)
+            self._evictable -= len(node.key)
+            num_freed += len(node.key)
+            freed.append(node.indices)
+            if parent is not self._root and parent.ref == 0 and not parent.children:
+                self._leaves.add(parent)
+                heapq.heappush(heap, (parent.last_access, parent.uid, parent))
+        return torch.cat(freed) if freed else self.empty_indices()
+
+    def cached_slots(self) -> torch.Tensor:
+        parts = [node.indices for node in self._nodes()]
+        return torch.cat(parts) if parts else self.empty_indices()
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _nodes(self) -> list[RadixNode]:
+        """Every non-root node, parents before children."""
+        out: list[RadixNode] = []
+        stack = list(self._root.children.values())
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(node.children.values())
+        return out
+
+    def _walk(
+        self, ids: tuple[int, ...], tick: int
+    ) -> tuple[RadixNode, int, list[torch.Tensor]]:
+        """Follow `ids` down whole pages, splitting a node the match ends inside, and touching
+        every node matched. Returns the deepest matched node, the matched length, its slots."""
+        ps = self.page_size
+        end = len(ids) - len(ids) % ps
+        node, pos, parts = self._root, 0, []
+        while pos < end:
+            child = node.children.get(ids[pos : pos + ps])
+            if child is None:
+                break
+            matched = self._common_pages(child.key, ids, pos, end)
+            if matched < len(child.key):
+                child = self._split(child, matched)
+            child.last_access = tick
+            parts.append(child.indices)
+            node, pos = child, pos + matched
+        return node, pos, parts
+
+    def _common_pages(
+        self, key: tuple[int, ...], ids: tuple[int, ...], pos: int, end: int
+    ) -> int:
+        """Tokens in whole pages that `key` shares with `ids[pos:end]` (first page known equal)."""
+        limit = min(len(key), end - pos)
+        if key[:limit] == ids[pos : pos + limit]:
+            return limit
+        ps, n = self.page_size, self.page_size
+        while n < limit and key[n : n + ps] == ids[pos + n : pos + n + ps]:
+            n += ps
+        return n
+
+    def _split(self, node: RadixNode, at: int) -> RadixNode:
+        """Cut `node` at `at` tokens; returns the new upper part. `node` keeps the lower part so
+        handles pointing at it still mean the same prefix."""
+        ps, parent = self.page_size, node.parent
+        assert parent is not None and 0 < at < len(node.key) and at % ps == 0
+        upper = RadixNode(node.key[:at], node.indices[:at], parent, node.last_access, ref=node.ref)
+        parent.children[upper.key[:ps]] = upper
+        node.key, node.indices, node.parent = node.key[at:], node.indices[at:], upper
+        upper.children[node.key[:ps]] = node
+        return upper
+
+    def check_integrity(self) -> None:
+        ps, root = self.page_size, self._root
+        _check(root.parent is None and not root.key and len(root.indices) == 0, "root has content")
+        evictable = protected = 0
+        leaves: set[RadixNode] = set()
+        slots: list[torch.Tensor] = []
+        for node in [root, *self._nodes()]:
+            child_refs = sum(c.ref for c in node.children.values())
+            _check(node.locks >= 0, f"{node} has negative locks")
+            _check(
+                node.ref == node.locks + child_refs,
+                f"{node}: ref != locks + sum(child ref) = {node.locks} + {child_refs}",
+            )
+            for first_page, child in node.children.items():
+                _check(child.parent is node, f"{child} does not point back to its parent")
+                _check(child.key[:ps] == first_page, f"{child} is filed under a wrong key")
+                _check(child.last_access <= node.last_access or node is root,
+                       f"{child} was accessed after its parent {node}")
+            if node is root:
+                continue
+            n = len(node.key)
+            _check(n > 0 and n % ps == 0, f"{node}: key length {n} not a positive page multiple")
+            _check(len(node.indices) == n, f"{node}: {len(node.indices)} slots for {n} tokens")
+            if node.ref > 0:
+                protected += n
+            else:
+                evictable += n
+                if not node.children:
+                    leaves.add(node)
+            slots.append(node.indices)
+        _check(
+            (evictable, protected) == (self._evictable, self._protected),
+            f"sizes say evictable={self._evictable} protected={self._protected}, "
+            f"tree holds {evictable} and {protected}",
+        )
+        _check(leaves == self._leaves, "eviction candidates differ from the unreferenced leaves")
+        if slots:
+            flat = torch.cat(slots).cpu()
+            _check(int(flat.min()) >= 0, "negative slot in the tree")
+            _check(torch.unique(flat).numel() == flat.numel(), "a slot appears twice in the tree")
+            pages = flat.view(-1, ps)
+            in_order = pages[:, :1] + torch.arange(ps, dtype=flat.dtype)
+            _check(
+                bool((pages[:, 0] % ps == 0).all()) and torch.equal(pages, in_order),
+                "slots in the tree are not whole, in-order pages",
+            )
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(f"radix cache integrity: {message}")

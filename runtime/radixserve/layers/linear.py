@@ -1,0 +1,128 @@
+"""Linear layers: replicated, column-parallel (output split), row-parallel (input split, summed
+with an all-reduce), and the fused column-parallel QKV and gate+up projections."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixserve.distributed import get_comm, get_tp_info
+from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
+
+
+class _Linear(nn.Module):
+    def __init__(self, in_local: int, out_local: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = new_param(out_local, in_local)
+        self.bias = new_param(out_local) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class ReplicatedLinear(_Linear):
+    """The full weight on every rank."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__(in_features, out_features, bias)
+
+    def weight_loader(
+        self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
+    ) -> None:
+        check_shape(param, full)
+        param.data.copy_(full)
+
+
+class ColumnParallelLinear(_Linear):
+    """Output features split across ranks; each rank returns its slice (no communication)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        self.tp = get_tp_info()
+        super().__init__(in_features, divide(out_features, self.tp.size, "out_features"), bias)
+
+    def weight_loader(
+        self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
+    ) -> None:
+        copy_shard(param.data, full, 0, self.tp.rank, param.shape[0])
+
+
+class RowParallelLinear(_Linear):
+    """Input features split across ranks; partial products are summed with an all-reduce. The bias
+    is kept whole and added once, after the reduction."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        self.tp = get_tp_info()
+        super().__init__(divide(in_features, self.tp.size, "in_features"), out_features, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return F.linear(x, self.weight, self.bias)
+        y = get_comm().all_reduce(F.linear(x, self.weight))
+        return y if self.bias is None else y + self.bias
+
+    def weight_loader(
+        self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
+    ) -> None:
+        if param.dim() == 1:  # bias
+            check_shape(param, full)
+            param.data.copy_(full)
+        else:
+            copy_shard(param.data, full, 1, self.tp.rank, param.shape[1])
+
+
+class MergedColumnParallelLinear(_Linear):
+    """Several column-parallel projections of one input in one matmul (gate+up): this rank's slice
+    of each output, concatenated in order. `shard_id` is the index of the projection."""
+
+    def __init__(self, in_features: int, out_features: list[int], bias: bool = False) -> None:
+        self.tp = get_tp_info()
+        self.out_local = [divide(o, self.tp.size, "out_features") for o in out_features]
+        super().__init__(in_features, sum(self.out_local), bias)
+
+    def weight_loader(
+        self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
+    ) -> None:
+        assert isinstance(shard_id, int), "merged linear needs the projection index as shard_id"
+        offset, size = sum(self.out_local[:shard_id]), self.out_local[shard_id]
+        copy_shard(param.data.narrow(0, offset, size), full, 0, self.tp.rank, size)
+
+    def shard_ids(self, param_name: str) -> tuple[object, ...]:
+        return tuple(range(len(self.out_local)))
+
+
+class QKVParallelLinear(_Linear):
+    """q, k and v projections fused. Query heads are split across ranks; KV heads are split too, or
+    replicated (rank r holds KV head r * num_kv_heads // tp) when there are fewer than ranks."""
+
+    def __init__(
+        self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool
+    ) -> None:
+        self.tp = get_tp_info()
+        self.head_dim = head_dim
+        self.num_heads = divide(num_heads, self.tp.size, "num_attention_heads")
+        if num_kv_heads >= self.tp.size:
+            self.num_kv_heads = divide(num_kv_heads, self.tp.size, "num_key_value_heads")
+            self.kv_index = self.tp.rank
+        else:
+            divide(self.tp.size, num_kv_heads, "tp size over num_key_value_heads")
+            self.num_kv_heads = 1
+            self.kv_index = self.tp.rank * num_kv_heads // self.tp.size
+        q, kv = self.num_heads * head_dim, self.num_kv_heads * head_dim
+        self.sizes = {"q": q, "k": kv, "v": kv}
+        super().__init__(hidden, q + 2 * kv, bias)
+
+    def weight_loader(
+        self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
+    ) -> None:
+        assert shard_id in self.sizes, "qkv linear needs shard_id q, k or v"
+        offset = {"q": 0, "k": self.sizes["q"], "v": self.sizes["q"] + self.sizes["k"]}[shard_id]
+        size = self.sizes[shard_id]
+        index = self.tp.rank if shard_id == "q" else self.kv_index
+        copy_shard(param.data.narrow(0, offset, size), full, 0, index, size)
+
+    def shard_ids(self, param_name: str) -> tuple[object, ...]:
+        return ("q", "k", "v")
+
+    def split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return qkv.split([self.sizes["q"], self.sizes["k"], self.sizes["v"]], dim=-1)  # type: ignore[return-value]

@@ -1,0 +1,92 @@
+"""Rotary position embedding, rotate-half (neox) style as in transformers' Llama and Qwen. The
+inverse frequencies come from transformers' own `ROPE_INIT_FUNCTIONS`, so `llama3`, `linear`,
+`yarn`… match the library; cos/sin are cached for every position up to the maximum."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+# These change frequencies with the running sequence length; a fixed cache cannot express them.
+_DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+
+
+def rope_parameters(hf_config: Any) -> dict[str, Any]:
+    """The RoPE settings as one dict with `rope_type` and `rope_theta`: transformers 5 keeps them in
+    `config.rope_parameters`; older versions in `rope_theta` and `rope_scaling`."""
+    params = getattr(hf_config, "rope_parameters", None)
+    if params:
+        params = dict(params)
+    else:
+        params = dict(getattr(hf_config, "rope_scaling", None) or {})
+        params["rope_theta"] = getattr(hf_config, "rope_theta", 10000.0)
+    params["rope_type"] = params.get("rope_type", params.get("type", "default"))
+    return params
+
+
+def compute_inv_freq(hf_config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
+    """(inv_freq [head_dim/2] float32, attention scaling applied to cos/sin)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = rope_parameters(hf_config)
+    rope_type = params["rope_type"]
+    if rope_type in _DYNAMIC_ROPE_TYPES:
+        raise ValueError(
+            f"rope_type {rope_type!r} is not supported (frequencies depend on the sequence length)"
+        )
+    init_fn = ROPE_INIT_FUNCTIONS.get(rope_type)
+    if init_fn is not None:
+        inv_freq, scaling = init_fn(hf_config, torch.device("cpu"))
+    elif rope_type == "default":  # transformers 5 computes the default inside each model
+        base = float(params["rope_theta"])
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        scaling = 1.0
+    else:
+        raise ValueError(
+            f"unknown rope_type {rope_type!r}; transformers knows: "
+            f"default, {', '.join(sorted(ROPE_INIT_FUNCTIONS))}"
+        )
+    if inv_freq.numel() * 2 != head_dim:
+        raise ValueError(
+            f"partial rotary embeddings (rotary dim {inv_freq.numel() * 2} < head_dim "
+            f"{head_dim}) are not supported"
+        )
+    return inv_freq.float(), float(scaling)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, hf_config: Any, head_dim: int, max_positions: int) -> None:
+        super().__init__()
+        self.hf_config, self.head_dim, self.max_positions = hf_config, head_dim, max_positions
+        self.register_buffer(
+            "cos", torch.empty(max_positions, head_dim // 2, dtype=torch.float32), persistent=False
+        )
+        self.register_buffer(
+            "sin", torch.empty(max_positions, head_dim // 2, dtype=torch.float32), persistent=False
+        )
+        if self.cos.device.type != "meta":
+            self.on_materialized()
+
+    def on_materialized(self) -> None:
+        """Fill the cache; the loader calls this after `to_empty`, which leaves buffers garbage."""
+        inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim)
+        pos = torch.arange(self.max_positions, dtype=torch.float32)
+        freqs = pos[:, None] * inv_freq[None, :]
+        self.cos.copy_(freqs.cos() * scaling)
+        self.sin.copy_(freqs.sin() * scaling)
+
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T]; q [T, Hq*D], k [T, Hk*D] -> rotated q, k (same shapes)."""
+        cos = self.cos[positions].to(q.dtype)[:, None, :]
+        sin = self.sin[positions].to(q.dtype)[:, None, :]
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        x = x.view(t, -1, self.head_dim)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(t, -1)

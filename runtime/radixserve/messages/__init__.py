@@ -1,0 +1,23 @@
+"""Typed inter-process messages (dataclasses encoded with msgpack) and their ZMQ transport."""
+from __future__ import annotations
+
+from radixserve.messages.codec import decode, encode, message
+from radixserve.messages.transport import IpcAddresses, make_socket, recv_nowait, send
+from radixserve.messages.types import (
+    AbortMsg,
+    RequestFailed,
+    RequestStarted,
+    SchedulerStats,
+    TokenBatch,
+    TokenizeMsg,
+    TokenLogprob,
+    TokenMsg,
+    UserMsg,
+    UserReply,
+)
+
+__all__ = [
+    "AbortMsg", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TokenBatch", "TokenLogprob",
+    "TokenMsg", "TokenizeMsg", "UserMsg", "UserReply", "decode", "encode", "make_socket",
+    "message", "recv_nowait", "send",
+]

@@ -1,0 +1,108 @@
+"""The messages between the server's processes. Flow: API → TokenizeMsg → tokenizer → UserMsg →
+scheduler → TokenBatch → detokenizer → UserReply → API; AbortMsg goes to the scheduler from the API
+(client gone) and the detokenizer (stop string); SchedulerStats goes to the API periodically."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from radixserve.messages.codec import message, register_external
+from radixserve.sampling_params import SamplingParams
+
+register_external(SamplingParams)
+
+
+@message
+@dataclass
+class TokenizeMsg:
+    uid: int
+    params: SamplingParams
+    text: str | None = None  # a plain prompt
+    chat: list[dict] | None = None  # chat messages, content flattened to a string
+    input_ids: list[int] | None = None  # already tokenized
+    auto_max_tokens: bool = False  # the client gave no limit: the scheduler fills in the context left
+
+
+@message
+@dataclass
+class UserMsg:
+    uid: int
+    input_ids: list[int]
+    params: SamplingParams
+    auto_max_tokens: bool = False
+
+
+@message
+@dataclass
+class AbortMsg:
+    uid: int
+
+
+@message
+@dataclass
+class TokenMsg:
+    uid: int
+    token_id: int
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    logprob: float | None = None
+    top_logprobs: list[list] | None = None  # [[token id, logprob], …] best first
+
+
+@message
+@dataclass
+class TokenBatch:
+    outputs: list[TokenMsg]
+
+
+@message
+@dataclass
+class RequestFailed:
+    """A request rejected after it left the API (tokenizer or scheduler): becomes an HTTP 4xx."""
+
+    uid: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+    status: int = 400
+
+
+@message
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: list[list] = field(default_factory=list)  # [[token text, logprob], …]
+
+
+@message
+@dataclass
+class UserReply:
+    uid: int
+    text: str  # the new text since the previous reply
+    token_ids: list[int]  # the new tokens since the previous reply
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
+
+
+@message
+@dataclass
+class SchedulerStats:
+    """Heartbeat and gauges; `integrity_ok` is None while the scheduler is busy (not checked)."""
+
+    stats: dict[str, int]
+    integrity_ok: bool | None
+    unix_time: float
+
+
+@message
+@dataclass
+class RequestStarted:
+    """Scheduler → detokenizer, on the token socket, before the request's first token."""
+
+    uid: int
+    stop: list[str]
+    logprobs: bool

@@ -1,0 +1,113 @@
+"""Build a model on the meta device, materialise it on the target device and fill it from the
+checkpoint's safetensors, one tensor at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from radixserve.models.base import BaseCausalLM
+from radixserve.models.registry import get_model_class
+
+logger = logging.getLogger(__name__)
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torch.dtype:
+    """`auto`: the checkpoint's float16/bfloat16; for float32 or no dtype, float32 on CPU and
+    bfloat16 on CUDA. Otherwise the named dtype."""
+    if spec != "auto":
+        if spec not in _DTYPES:
+            raise ValueError(f"dtype must be auto|{'|'.join(_DTYPES)}, got {spec!r}")
+        return _DTYPES[spec]
+    declared = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    if isinstance(declared, str):
+        declared = _DTYPES.get(declared.removeprefix("torch."))
+    if declared in (torch.float16, torch.bfloat16):
+        return declared
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [model_dir / f for f in sorted(set(weight_map.values()))]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(
+            f"no *.safetensors weights in {model_dir} (other formats are not supported)"
+        )
+    return files
+
+
+def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, CPU tensor) for every tensor of the checkpoint, read lazily one at a time."""
+    from safetensors import safe_open
+
+    for path in safetensors_files(model_dir):
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                yield name, f.get_tensor(name)
+
+
+def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) -> BaseCausalLM:
+    """The model's modules with uninitialised parameters on `device` (built on the meta device so
+    no memory is touched twice), buffers such as rotary caches computed."""
+    cls = get_model_class(hf_config)
+    with torch.device("meta"), _default_dtype(dtype):
+        model = cls(hf_config)
+    model.to_empty(device=torch.device(device))
+    for module in model.modules():
+        if hasattr(module, "on_materialized"):
+            module.on_materialized()
+    return model.eval().requires_grad_(False)
+
+
+def load_model(
+    model_dir: str | Path,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    *,
+    load_format: str = "auto",
+) -> tuple[BaseCausalLM, Any]:
+    """(model, transformers config). `load_format="dummy"` fills random weights of the right shapes
+    instead of reading the checkpoint (benchmarks, memory sizing)."""
+    from transformers import AutoConfig
+
+    model_dir = Path(model_dir)
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    model = build_model(hf_config, dtype, device)
+    if load_format == "dummy":
+        _fill_dummy(model)
+    elif load_format == "auto":
+        model.load_weights(iter_safetensors(model_dir))
+    else:
+        raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
+    logger.info("loaded %s (%s) on %s as %s", model_dir, type(model).__name__, device, dtype)
+    return model, hf_config
+
+
+@torch.no_grad()
+def _fill_dummy(model: BaseCausalLM) -> None:
+    for param in model.parameters():
+        if param.dim() > 1:
+            param.normal_(0.0, param.shape[-1] ** -0.5)
+        else:
+            param.normal_(1.0, 0.1)

@@ -1,0 +1,136 @@
+"""The one object the scheduler asks for KV slots: page allocation, prefix matching, eviction on
+demand, and handing a finished request's KV to the prefix cache.
+
+Every slot is in exactly one of four states, and `check_integrity` checks they add up:
+free (in the allocator), evictable or protected (in the prefix cache), or held by a request
+(allocated and not yet freed or given to the cache).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from radixserve.kvcache.allocator import PageAllocator
+from radixserve.kvcache.base import MatchResult, SizeInfo, create_prefix_cache
+
+
+class CacheManager:
+    def __init__(
+        self, num_pages: int, page_size: int, cache: str, device: torch.device | str
+    ) -> None:
+        self.page_size = page_size
+        self.allocator = PageAllocator(num_pages, page_size, device)
+        self.cache = create_prefix_cache(cache, page_size, device)
+        self._held = 0  # tokens: allocated minus freed minus given to the cache
+
+    @property
+    def num_pages(self) -> int:
+        return self.allocator.num_pages
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    @property
+    def num_free_pages(self) -> int:
+        return self.allocator.num_free
+
+    @property
+    def num_used_pages(self) -> int:
+        return self.num_pages - self.allocator.num_free
+
+    @property
+    def held_tokens(self) -> int:
+        return self._held
+
+    @property
+    def size_info(self) -> SizeInfo:
+        return self.cache.size_info
+
+    @property
+    def available_tokens(self) -> int:
+        """What admission may reserve: free pages plus what eviction could free."""
+        return self.allocator.num_free * self.page_size + self.cache.size_info.evictable
+
+    def match(self, input_ids: list[int]) -> MatchResult:
+        return self.cache.match_prefix(input_ids)
+
+    def lock(self, handle: Any) -> None:
+        self.cache.lock(handle)
+
+    def unlock(self, handle: Any) -> None:
+        self.cache.unlock(handle)
+
+    def allocate(self, num_tokens: int) -> torch.Tensor | None:
+        """Slots of `ceil(num_tokens / page_size)` whole pages, evicting cached prefixes if free
+        pages are short; None, changing nothing, if even full eviction cannot cover it."""
+        assert num_tokens >= 0, num_tokens
+        num_pages = -(-num_tokens // self.page_size)
+        short = num_pages - self.allocator.num_free
+        if short > 0:
+            if short * self.page_size > self.cache.size_info.evictable:
+                return None
+            evicted = self.cache.evict(short * self.page_size)
+            self.allocator.free(self.allocator.slots_to_pages(evicted))
+        pages = self.allocator.alloc(num_pages)
+        assert pages is not None, "eviction freed fewer pages than it reported evictable"
+        self._held += num_pages * self.page_size
+        return self.allocator.pages_to_slots(pages)
+
+    def free(self, slots: torch.Tensor) -> None:
+        """Return a request's own slots (whole pages) that never reached the prefix cache."""
+        assert slots.numel() <= self._held, f"freeing {slots.numel()} slots, only {self._held} held"
+        self.allocator.free(self.allocator.slots_to_pages(slots))
+        self._held -= slots.numel()
+
+    def cache_req(
+        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any
+    ) -> None:
+        """On finish or abort: give the request's computed KV to the prefix cache and release
+        the rest. `slots[:cached_len]` came from `match`; the request allocated the others."""
+        ps, n_slots = self.page_size, slots.numel()
+        assert cached_len % ps == 0 and n_slots % ps == 0, (cached_len, n_slots, ps)
+        assert cached_len <= n_slots and len(token_ids) <= n_slots, (
+            cached_len, len(token_ids), n_slots
+        )
+        slots = slots.to(torch.int64)
+        aligned = len(token_ids) - len(token_ids) % ps
+        already = self.cache.insert_prefix(token_ids[:aligned], slots[:aligned]) if aligned else 0
+        # The locked match keeps token_ids[:cached_len] in the cache, so insert found it again.
+        assert already >= min(cached_len, aligned), (
+            f"insert found {already} cached tokens, fewer than the {cached_len} matched"
+        )
+        self.cache.unlock(handle)
+        duplicates = slots[cached_len:already]  # cached meanwhile by another request
+        tail = slots[max(aligned, cached_len) :]  # not a whole page, or never computed
+        if duplicates.numel() + tail.numel():
+            self.allocator.free(self.allocator.slots_to_pages(torch.cat([duplicates, tail])))
+        self._held -= n_slots - cached_len  # every own slot is now free or the cache's
+        assert self._held >= 0, f"held tokens went negative ({self._held}): a request cached twice?"
+
+    def reset(self) -> None:
+        self.allocator.reset()
+        self.cache.reset()
+        self._held = 0
+
+    def check_integrity(self) -> None:
+        self.cache.check_integrity()
+        self.allocator.check_integrity()
+        free_tokens = self.allocator.num_free * self.page_size
+        info = self.cache.size_info
+        total = free_tokens + info.evictable + info.protected + self._held
+        if total != self.num_slots:
+            raise AssertionError(
+                f"cache manager accounting: free {free_tokens} + evictable {info.evictable} + "
+                f"protected {info.protected} + held {self._held} = {total} != {self.num_slots}"
+            )
+        cached = self.cache.cached_slots().cpu()
+        if cached.numel():
+            if int(cached.min()) < 0 or int(cached.max()) >= self.num_slots:
+                raise AssertionError(
+                    f"cache manager: a cached slot is outside [0, {self.num_slots})"
+                )
+            free_slots = self.allocator.pages_to_slots(self.allocator.free_pages()).cpu()
+            if torch.isin(cached, free_slots).any():
+                raise AssertionError("cache manager: a slot is both free and in the prefix cache")

@@ -1,0 +1,56 @@
+"""Admission and chunked prefill: which requests get how many prompt tokens in the next batch."""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from radixserve.scheduler.req import Req
+from radixserve.utils.tensor import to_device
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.cache_manager import CacheManager
+    from radixserve.scheduler.table import TableManager
+
+
+class PrefillAdder:
+    """Fills one prefill batch of at most `budget` tokens: first the request whose prompt is
+    mid-chunk, then waiting requests in FIFO order while their whole reservation fits."""
+
+    def __init__(self, cache: CacheManager, table: TableManager, max_running: int) -> None:
+        self.cache, self.table, self.max_running = cache, table, max_running
+        self.prefix_hit_tokens = 0
+
+    def schedule(self, running: list[Req], waiting: deque[Req], budget: int) -> list[tuple[Req, int]]:
+        items: list[tuple[Req, int]] = []
+        for req in running:
+            if budget > 0 and not req.prefill_done:
+                n = min(req.remaining_prefill, budget)
+                items.append((req, n))
+                budget -= n
+        while budget > 0 and waiting and len(running) < self.max_running and self.table.num_free:
+            req = waiting[0]
+            if not self._admit(req):
+                break  # FIFO: no overtaking, so a long request is never starved
+            waiting.popleft()
+            running.append(req)
+            n = min(req.remaining_prefill, budget)
+            items.append((req, n))
+            budget -= n
+        return items
+
+    def _admit(self, req: Req) -> bool:
+        match = self.cache.match(req.input_ids[:-1])  # the last prompt token is always computed
+        self.cache.lock(match.handle)  # before allocating: eviction must not take our prefix
+        slots = self.cache.allocate(req.reserve_len - match.cached_len)
+        if slots is None:
+            self.cache.unlock(match.handle)
+            return False
+        req.row = self.table.alloc_row()
+        req.cache_handle, req.cached_len, req.kv_len = match.handle, match.cached_len, match.cached_len
+        req.num_slots = match.cached_len + len(slots)
+        pt, row = self.table.page_table, req.row
+        pt[row, : match.cached_len] = match.indices.to(pt.device, pt.dtype)
+        pt[row, match.cached_len : req.num_slots] = slots.to(pt.device, pt.dtype)
+        self.table.token_pool[row, : req.prompt_len] = to_device(req.input_ids, pt.device)
+        self.prefix_hit_tokens += match.cached_len
+        return True

@@ -1,0 +1,197 @@
+"""The scheduler *process*: a ZMQ loop around the in-process `Scheduler`.
+
+Rank 0 receives from the tokenizers, the detokenizer and the API (`_Rank0Inbox`). At TP > 1 the
+scheduler object is the TP leader (`scheduler/tp_launch.py`), which broadcasts every add/abort/step
+to ranks 1..N-1, spawned from this process; the loop itself does not change.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from radixserve.messages import (
+    AbortMsg,
+    IpcAddresses,
+    RequestFailed,
+    RequestStarted,
+    SchedulerStats,
+    TokenBatch,
+    TokenMsg,
+    UserMsg,
+    make_socket,
+    recv_nowait,
+    send,
+)
+
+if TYPE_CHECKING:
+    from radixserve.config import EngineConfig, SchedulerConfig
+
+logger = logging.getLogger("radixserve.scheduler")
+DEFAULT_SCHEDULER = "radixserve.scheduler.scheduler:Scheduler"
+_IDLE_POLL_MS = 100
+_STATS_EVERY_S = 0.25
+_MEMORY = 1 << 16  # finished / early-aborted uids remembered
+_TOMBSTONE_TTL_S = 120.0
+
+
+class _Rank0Inbox:
+    def __init__(self, ctx: zmq.Context, addrs: IpcAddresses) -> None:
+        self.sock = make_socket(ctx, zmq.PULL, addrs.scheduler, bind=True)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+
+    def receive(self, block_ms: int) -> list[Any]:
+        if block_ms and not self.poller.poll(block_ms):
+            return []
+        return recv_nowait(self.sock)
+
+
+class SchedulerLoop:
+    def __init__(self, scheduler, ctx: zmq.Context, addrs: IpcAddresses) -> None:
+        self.scheduler = scheduler
+        self.inbox = _Rank0Inbox(ctx, addrs)
+        self.to_detok = make_socket(ctx, zmq.PUSH, addrs.detokenizer, bind=False)
+        self.to_api = make_socket(ctx, zmq.PUSH, addrs.frontend, bind=False)
+        self.active: dict[int, int] = {}  # uid -> prompt tokens
+        self.finished: OrderedDict[int, None] = OrderedDict()
+        self.tombstones: dict[int, float] = {}  # aborted before the request itself arrived
+        self.last_stats = 0.0
+        self.integrity_ok: bool | None = None
+
+    def _remember_finished(self, uid: int) -> None:
+        self.active.pop(uid, None)
+        self.finished[uid] = None
+        if len(self.finished) > _MEMORY:
+            self.finished.popitem(last=False)
+
+    def _fail(self, uid: int, message: str, param: str | None, code: str | None) -> None:
+        self._remember_finished(uid)
+        send(self.to_detok, RequestFailed(uid, message, param, code))
+
+    def _add(self, msg: UserMsg) -> None:
+        if self.tombstones.pop(msg.uid, None) is not None or msg.uid in self.finished:
+            self._remember_finished(msg.uid)
+            return
+        limit, n_in = self.scheduler.max_seq_len, len(msg.input_ids)
+        if n_in == 0:
+            return self._fail(msg.uid, "the prompt is empty", "prompt", None)
+        if msg.auto_max_tokens:
+            msg.params.max_tokens = max(1, limit - n_in)
+        if n_in + msg.params.max_tokens > limit:
+            return self._fail(
+                msg.uid,
+                f"This model's maximum context length is {limit} tokens, but the request needs "
+                f"{n_in + msg.params.max_tokens} tokens ({n_in} in the prompt, "
+                f"{msg.params.max_tokens} for the completion). Shorten the prompt or max_tokens.",
+                "max_tokens" if n_in < limit else "messages",
+                "context_length_exceeded",
+            )
+        try:
+            self.scheduler.add_request(msg.uid, msg.input_ids, msg.params)
+        except ValueError as e:
+            return self._fail(msg.uid, str(e), str(e).split(" ", 1)[0], None)
+        self.active[msg.uid] = n_in
+        send(self.to_detok, RequestStarted(msg.uid, msg.params.stop, msg.params.logprobs is not None))
+
+    def _abort(self, uid: int) -> None:
+        if uid in self.active:
+            self.scheduler.abort(uid)
+            self._remember_finished(uid)
+            send(self.to_detok, AbortMsg(uid))
+        elif uid not in self.finished:
+            self.tombstones[uid] = time.monotonic()
+
+    def handle(self, msg: Any) -> None:
+        if isinstance(msg, UserMsg):
+            self._add(msg)
+        elif isinstance(msg, AbortMsg):
+            self._abort(msg.uid)
+        else:
+            logger.error("scheduler: unexpected message %r", type(msg).__name__)
+
+    def step(self) -> None:
+        outputs = []
+        for out in self.scheduler.step():
+            n_in = self.active.get(out.uid)
+            if n_in is None:  # aborted meanwhile: the request gets nothing more
+                continue
+            top = [list(t) for t in out.top_logprobs] if out.top_logprobs is not None else None
+            outputs.append(
+                TokenMsg(out.uid, out.token_id, out.finished, out.finish_reason, n_in, out.logprob, top)
+            )
+            if out.finished:
+                self._remember_finished(out.uid)
+        if outputs:
+            send(self.to_detok, TokenBatch(outputs))
+
+    def _maybe_stats(self, busy: bool) -> None:
+        now = time.monotonic()
+        if now - self.last_stats < _STATS_EVERY_S:
+            return
+        self.last_stats = now
+        if busy:
+            self.integrity_ok = None
+        elif self.integrity_ok is None:
+            try:
+                self.scheduler.check_integrity()
+                self.integrity_ok = True
+            except AssertionError as e:
+                logger.error("scheduler: KV/radix integrity check failed: %s", e)
+                self.integrity_ok = False
+        expired = [u for u, t in self.tombstones.items() if now - t > _TOMBSTONE_TTL_S]
+        for uid in expired:
+            del self.tombstones[uid]
+        stats = {k: int(v) for k, v in self.scheduler.stats().items()}
+        send(self.to_api, SchedulerStats(stats, self.integrity_ok, time.time()))
+
+    def run_forever(self, parent_pid: int) -> None:
+        while os.getppid() == parent_pid:
+            busy = self.scheduler.has_work
+            for msg in self.inbox.receive(0 if busy else _IDLE_POLL_MS):
+                self.handle(msg)
+            if self.scheduler.has_work:
+                self.step()
+            self._maybe_stats(self.scheduler.has_work)
+        logger.error("scheduler: the server process is gone; exiting")
+
+
+def load_scheduler_class(path: str) -> type:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def create_scheduler(engine: EngineConfig, sched: SchedulerConfig, scheduler_class: str):
+    if engine.tp > 1:
+        from radixserve.scheduler.tp_launch import start_followers, start_leader
+
+        init_method, _followers = start_followers(engine, sched)  # daemonic: they end with us
+        return start_leader(engine, sched, init_method)
+    return load_scheduler_class(scheduler_class)(engine, sched)
+
+
+def run_scheduler_process(
+    engine: EngineConfig,
+    sched: SchedulerConfig,
+    addrs: IpcAddresses,
+    ack_queue,
+    parent_pid: int,
+    scheduler_class: str = DEFAULT_SCHEDULER,
+) -> None:
+    """Entry point of the spawned scheduler process (TP = 1)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
+    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
+    import torch
+
+    with torch.inference_mode():
+        scheduler = create_scheduler(engine, sched, scheduler_class)
+        ctx = zmq.Context()
+        loop = SchedulerLoop(scheduler, ctx, addrs)
+        ack_queue.put(("scheduler", {"max_seq_len": int(scheduler.max_seq_len)}))
+        loop.run_forever(parent_pid)

@@ -1,0 +1,47 @@
+"""A request's life inside one scheduler: prompt, KV it holds, tokens it produced."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from radixserve.sampling_params import SamplingParams
+
+
+@dataclass(eq=False)
+class Req:
+    uid: int
+    input_ids: list[int]
+    params: SamplingParams
+    row: int = -1  # page-table / token-pool row while admitted
+    cached_len: int = 0  # prefix tokens matched in the prefix cache at admission
+    cache_handle: Any = None
+    num_slots: int = 0  # slots of the row that the request holds (cached + allocated)
+    kv_len: int = 0  # tokens whose KV has been computed
+    output_ids: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None  # per-request RNG when a seed is given
+    aborted: bool = False
+    finished: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.kv_len >= self.prompt_len
+
+    @property
+    def remaining_prefill(self) -> int:
+        return self.prompt_len - self.kv_len
+
+    @property
+    def reserve_len(self) -> int:
+        """Slots the request can ever need: prompt + every token it may generate. Reserved at
+        admission so decoding can never run out of KV (no preemption, no deadlock)."""
+        return self.prompt_len + self.params.max_tokens

@@ -1,0 +1,83 @@
+"""Start a tensor-parallel scheduler group: followers in spawned processes, the leader here."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import tempfile
+import time
+
+from radixserve.config import EngineConfig, SchedulerConfig
+
+logger = logging.getLogger(__name__)
+
+
+def validate_tp(tp: int, hf_config) -> None:  # noqa: ANN001 - a transformers PretrainedConfig
+    """Clear errors before any process starts."""
+    heads, kv = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    if heads % tp:
+        raise ValueError(f"--tp {tp} must divide the model's {heads} attention heads")
+    if kv % tp and tp % kv:
+        raise ValueError(f"--tp {tp} must divide the model's {kv} KV heads or be a multiple of them")
+    inter = getattr(hf_config, "moe_intermediate_size", None) or hf_config.intermediate_size
+    if inter % tp:
+        raise ValueError(f"--tp {tp} must divide the intermediate size {inter}")
+
+
+def rank_device(spec: str, rank: int) -> str:
+    import torch
+
+    if spec in ("auto", "cuda") and torch.cuda.is_available():
+        if torch.cuda.device_count() <= rank:
+            raise ValueError(f"tensor parallel rank {rank} needs GPU {rank}, but only "
+                             f"{torch.cuda.device_count()} are visible")
+        return f"cuda:{rank}"
+    return "cpu" if spec == "auto" else spec
+
+
+def join_rank(rank: int, eng: EngineConfig, init_method: str) -> EngineConfig:
+    import torch
+
+    from radixserve.distributed.torch_comm import init_tp
+
+    eng = dataclasses.replace(eng, device=rank_device(eng.device, rank))
+    init_tp(rank, eng.tp, init_method, torch.device(eng.device))
+    return eng
+
+
+def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_method: str) -> None:
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.scheduler.tp import follower_loop
+
+    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"),
+                        format=f"[tp{rank}] %(levelname)s %(name)s: %(message)s")
+    time.sleep(float(os.environ.get("RADIXSERVE_TP_FOLLOWER_DELAY_S", "0")))  # tests: a late rank
+    follower_loop(Scheduler(join_rank(rank, eng, init_method), sched))
+
+
+def start_followers(eng: EngineConfig, sched: SchedulerConfig) -> tuple[str, list[mp.Process]]:
+    """Spawn ranks 1..tp-1; returns the rendezvous address for rank 0 and the processes."""
+    from transformers import AutoConfig
+
+    from radixserve.models.default_model import resolve_model_path
+
+    path = resolve_model_path(eng.model)
+    validate_tp(eng.tp, AutoConfig.from_pretrained(path))
+    eng = dataclasses.replace(eng, model=str(path))
+    init_method = "file://" + os.path.join(tempfile.mkdtemp(prefix="radixserve-tp-"), "rendezvous")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=follower_main, args=(r, eng, sched, init_method), daemon=True,
+                         name=f"radixserve-tp{r}") for r in range(1, eng.tp)]
+    for p in procs:
+        p.start()
+    return init_method, procs
+
+
+def start_leader(eng: EngineConfig, sched: SchedulerConfig, init_method: str):  # noqa: ANN201
+    from radixserve.models.default_model import resolve_model_path
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.scheduler.tp import TPLeader
+
+    eng = dataclasses.replace(eng, model=str(resolve_model_path(eng.model)))
+    return TPLeader(Scheduler(join_rank(0, eng, init_method), sched))

@@ -1,0 +1,136 @@
+"""The API process's side of the pipeline: sends prompts to the tokenizers, aborts to the scheduler,
+and routes replies from the detokenizer to the waiting HTTP handlers."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from radixserve.messages import (
+    AbortMsg,
+    IpcAddresses,
+    RequestFailed,
+    SchedulerStats,
+    TokenizeMsg,
+    UserReply,
+    decode,
+    encode,
+    make_socket,
+)
+from radixserve.server.errors import APIError
+from radixserve.server.metrics import ServerMetrics
+
+logger = logging.getLogger("radixserve.server")
+_LIVENESS_S = 1.0
+
+
+class RequestStream:
+    """Replies of one HTTP request (n sub-requests, one uid each). `close()` aborts what is left."""
+
+    def __init__(self, frontend: Frontend, uids: list[int]) -> None:
+        self.frontend, self.uids = frontend, uids
+        self.pending = set(uids)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.t0 = time.perf_counter()
+        self.last_token_at: dict[int, float] = {}
+
+    async def next(self) -> UserReply:
+        """The next reply; APIError for a request the pipeline rejected or a dead server."""
+        while True:
+            try:
+                msg = await asyncio.wait_for(self.queue.get(), _LIVENESS_S)
+                break
+            except asyncio.TimeoutError:
+                if self.frontend.failure:
+                    raise APIError(503, f"the server is failing: {self.frontend.failure}") from None
+        if isinstance(msg, RequestFailed):
+            self.pending.discard(msg.uid)
+            self.frontend.metrics.on_finished("error", 0, 0)
+            raise APIError(msg.status, msg.message, msg.param, msg.code)
+        self._observe(msg)
+        if msg.finished:
+            self.pending.discard(msg.uid)
+            self.frontend.metrics.on_finished(msg.finish_reason or "stop", msg.prompt_tokens, msg.completion_tokens)
+        return msg
+
+    def _observe(self, msg: UserReply) -> None:
+        if not msg.token_ids:
+            return
+        now = time.perf_counter()
+        last = self.last_token_at.get(msg.uid)
+        if last is None:
+            self.frontend.metrics.ttft.observe(now - self.t0)
+        else:
+            self.frontend.metrics.itl.observe((now - last) / len(msg.token_ids))
+        self.last_token_at[msg.uid] = now
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+    def close(self) -> None:
+        """Synchronous on purpose: it runs in `finally` of a handler cancelled by a disconnect."""
+        for uid in self.uids:
+            self.frontend.routes.pop(uid, None)
+        for uid in self.pending:
+            self.frontend.metrics.on_finished("abort", 0, 0)
+            self.frontend.abort(uid)
+        self.pending.clear()
+
+
+class Frontend:
+    def __init__(self, addrs: IpcAddresses, metrics: ServerMetrics) -> None:
+        self.addrs, self.metrics = addrs, metrics
+        self.routes: dict[int, asyncio.Queue] = {}
+        self.uids = itertools.count(1)
+        self.last_heartbeat = 0.0
+        self.failure: str | None = None
+
+    def start(self) -> None:
+        """Bind the sockets and start routing; call inside the server's event loop."""
+        ctx = zmq.asyncio.Context()
+        self.to_tokenizer = make_socket(ctx, zmq.PUSH, self.addrs.tokenizer, bind=True)
+        self.to_scheduler = make_socket(zmq.Context.instance(), zmq.PUSH, self.addrs.scheduler, bind=False)
+        self.inbox = make_socket(ctx, zmq.PULL, self.addrs.frontend, bind=True)
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            msg: Any = decode(await self.inbox.recv())
+            for item in msg if isinstance(msg, list) else [msg]:
+                if isinstance(item, SchedulerStats):
+                    self.last_heartbeat = time.monotonic()
+                    self.metrics.on_stats(item)
+                elif (queue := self.routes.get(item.uid)) is not None:
+                    queue.put_nowait(item)
+
+    async def submit(self, msgs: list[TokenizeMsg]) -> RequestStream:
+        if self.failure:
+            raise APIError(503, f"the server is failing: {self.failure}")
+        stream = RequestStream(self, [m.uid for m in msgs])
+        for m in msgs:
+            self.routes[m.uid] = stream.queue
+            await self.to_tokenizer.send(encode(m))
+        return stream
+
+    def new_uid(self) -> int:
+        return next(self.uids)
+
+    def abort(self, uid: int) -> None:
+        try:
+            self.to_scheduler.send(encode(AbortMsg(uid)), zmq.NOBLOCK)
+        except zmq.Again:
+            logger.error("could not send the abort of request %d: the scheduler is not reading", uid)
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        for uid, queue in list(self.routes.items()):
+            queue.put_nowait(RequestFailed(uid, f"the server is failing: {reason}", status=503))
+
+    def heartbeat_age(self) -> float:
+        return time.monotonic() - self.last_heartbeat

@@ -1,0 +1,138 @@
+"""Start the server: spawn the scheduler, the detokenizer and the tokenizers, wait for every one to
+acknowledge, then serve HTTP until a signal (graceful: in-flight requests finish, up to
+`shutdown_timeout`) or a child's death (logged; `/health` turns 503 and the process exits 1)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+
+import uvicorn
+
+from radixserve.config import ServerConfig
+from radixserve.messages import IpcAddresses
+from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_process
+from radixserve.server.app import create_app
+from radixserve.server.frontend import Frontend
+from radixserve.server.metrics import ServerMetrics
+from radixserve.server.state import ServerState
+from radixserve.tokenizer.worker import run_tokenizer_process
+
+logger = logging.getLogger("radixserve.server")
+_DEATH_TO_EXIT_S = 1.0  # keep answering /health with 503 this long before stopping
+_EXIT_BACKSTOP_S = 5.0
+
+
+def resolve_model_path(model: str | None) -> str:
+    from radixserve.models.default_model import resolve_model_path as resolve
+
+    return str(resolve(model))
+
+
+def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack, scheduler_class: str) -> list:
+    ctx, pid = mp.get_context("spawn"), os.getpid()
+    engine = dataclasses.replace(cfg.engine, model=model_path)
+    children = [ctx.Process(target=run_scheduler_process, name="scheduler",
+                            args=(engine, cfg.scheduler, addrs, ack, pid, scheduler_class))]
+    children.append(ctx.Process(target=run_tokenizer_process, name="detokenizer",
+                                args=(model_path, addrs, ack, pid, "detokenizer", cfg.num_tokenizer == 0, True)))
+    for i in range(cfg.num_tokenizer):
+        children.append(ctx.Process(target=run_tokenizer_process, name=f"tokenizer-{i}",
+                                    args=(model_path, addrs, ack, pid, f"tokenizer-{i}", True, False)))
+    for child in children:
+        child.start()
+        logger.info("started %s (pid %d)", child.name, child.pid)
+    return children
+
+
+def _wait_for_acks(children: list, ack, timeout: float) -> dict:
+    waiting, info, deadline = {c.name for c in children}, {}, time.monotonic() + timeout
+    while waiting:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"children not ready within {timeout:.0f}s: {sorted(waiting)}")
+        dead = [c for c in children if not c.is_alive()]
+        if dead:
+            raise RuntimeError(f"child {dead[0].name} died during startup (exit code {dead[0].exitcode})")
+        try:
+            name, data = ack.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        logger.info("%s is ready", name)
+        waiting.discard(name)
+        info.update(data)
+    return info
+
+
+def _stop_children(children: list) -> None:
+    for child in children:
+        if child.is_alive():
+            child.terminate()
+    for child in children:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=5)
+
+
+def _supervise(children: list, state: ServerState, server: uvicorn.Server) -> None:
+    wait([c.sentinel for c in children])
+    if state.shutting_down:
+        return
+    dead = next(c for c in children if not c.is_alive())
+    logger.error("child process %s (pid %s) died with exit code %s; shutting down", dead.name, dead.pid, dead.exitcode)
+    state.dead_child = f"{dead.name} (exit code {dead.exitcode})"
+    if state.loop is not None:
+        state.loop.call_soon_threadsafe(state.frontend.fail, state.dead_child)
+    time.sleep(_DEATH_TO_EXIT_S)
+    server.should_exit = True
+    time.sleep(_EXIT_BACKSTOP_S)  # uvicorn did not stop: leave anyway, with the failure code
+    _stop_children(children)
+    os._exit(1)
+
+
+def _raise_exit(*_) -> None:
+    raise SystemExit(143)
+
+
+def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER) -> int:
+    """Run the server until it is stopped; 0 after a clean shutdown, 1 after a child died."""
+    level = os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _raise_exit)  # during startup: clean up, then leave
+    model_path = resolve_model_path(cfg.engine.model)
+    addrs = IpcAddresses.create()
+    logger.info("ipc sockets in %s", addrs.root)
+    ack = mp.get_context("spawn").Queue()
+    children: list = []
+    state: ServerState | None = None
+    try:
+        children = _spawn_children(cfg, model_path, addrs, ack, scheduler_class)
+        try:
+            info = _wait_for_acks(children, ack, float(os.environ.get("RADIXSERVE_STARTUP_TIMEOUT", "900")))
+        except RuntimeError as e:
+            logger.error("radixserve: startup failed: %s", e)
+            return 1
+        name = cfg.served_model_name or cfg.engine.model or Path(model_path).name
+        metrics = ServerMetrics()
+        state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key)
+        server = uvicorn.Server(uvicorn.Config(
+            create_app(state), host=cfg.host, port=cfg.port, log_level=level.lower(), access_log=False,
+            timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout))))
+        threading.Thread(target=_supervise, args=(children, state, server), daemon=True).start()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal after its drain
+            signal.signal(sig, lambda *_: None)
+        logger.info("radixserve: serving %s on http://%s:%d", name, cfg.host, cfg.port)
+        server.run()
+        return 1 if state.dead_child else 0
+    finally:
+        if state is not None:
+            state.shutting_down = True
+        _stop_children(children)
+        addrs.remove()

@@ -1,0 +1,50 @@
+"""Prometheus metrics in a private registry per server. The scheduler's gauges arrive through its
+periodic `SchedulerStats` messages."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from radixserve.messages import SchedulerStats
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_GAUGES = {
+    "running": "Requests in the running batch",
+    "waiting": "Requests waiting for admission",
+    "kv_pages_used": "KV cache pages in use (including pages held only by the prefix cache)",
+    "kv_pages_total": "KV cache pages in the pool",
+    "evictable_tokens": "Prefix-cache tokens that can be evicted",
+    "protected_tokens": "Prefix-cache tokens locked by running requests",
+}
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("radixserve_requests", "Finished requests by outcome", ["outcome"], registry=r)
+        self.prompt_tokens = Counter("radixserve_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.generation_tokens = Counter("radixserve_generation_tokens", "Tokens generated", registry=r)
+        self.prefix_hits = Counter("radixserve_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
+        self.integrity = Gauge("radixserve_kv_integrity_ok", "1 when the idle scheduler's KV/radix check passed, 0 if it failed, -1 while busy", registry=r)
+        self.ttft = Histogram("radixserve_time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("radixserve_inter_token_latency_seconds", "Time between tokens of a request", buckets=_LATENCY_BUCKETS, registry=r)
+        self._last_hits = 0
+        self.integrity.set(-1)
+
+    def on_stats(self, msg: SchedulerStats) -> None:
+        for key, gauge in self.gauges.items():
+            if key in msg.stats:
+                gauge.set(msg.stats[key])
+        hits = msg.stats.get("prefix_hit_tokens", self._last_hits)
+        if hits > self._last_hits:
+            self.prefix_hits.inc(hits - self._last_hits)
+        self._last_hits = hits
+        self.integrity.set(-1 if msg.integrity_ok is None else int(msg.integrity_ok))
+
+    def on_finished(self, outcome: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self.requests.labels(outcome=outcome).inc()
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(completion_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

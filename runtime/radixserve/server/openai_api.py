@@ -1,0 +1,161 @@
+"""`/v1/chat/completions`, `/v1/completions`, `/v1/models`: OpenAI's request and response shapes
+over the dispatcher."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from radixserve.messages import TokenLogprob
+from radixserve.sampling_params import SamplingParams
+from radixserve.server.dispatch import Choice, Dispatch, Prompt, sse, usage
+from radixserve.server.errors import APIError, bad_value
+from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from radixserve.server.state import ServerState, StateDep, authorize
+
+router = APIRouter(dependencies=[Depends(authorize)])
+
+
+def build_params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    try:
+        return SamplingParams(
+            max_tokens=16 if max_tokens is None else max_tokens,
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+            seed=req.seed, ignore_eos=req.ignore_eos, stop=stop,
+            stop_token_ids=list(req.stop_token_ids or []),
+            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty, logprobs=logprobs,
+        )
+    except ValueError as e:
+        raise bad_value(e) from None
+
+
+def _check_model(state: ServerState, model: str | None) -> None:
+    if model is not None and model not in (state.model_name, state.model_path):
+        raise APIError(404, f"The model '{model}' does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
+
+
+def _chat_messages(req: ChatCompletionRequest) -> list[dict]:
+    out = []
+    for i, m in enumerate(req.messages):
+        content = m.content
+        if isinstance(content, list):
+            if any(p.type != "text" or p.text is None for p in content):
+                raise APIError(400, "only text content parts are supported", f"messages.{i}.content")
+            content = "".join(p.text or "" for p in content)
+        out.append({"role": m.role, "content": content or ""})
+    return out
+
+
+def _completion_prompts(req: CompletionRequest) -> list[Prompt]:
+    p = req.prompt
+    if isinstance(p, str):
+        return [Prompt(text=p)]
+    if not p:
+        raise APIError(400, "prompt must not be empty", "prompt")
+    if all(isinstance(x, int) for x in p):
+        return [Prompt(input_ids=list(p))]
+    return [Prompt(text=x) if isinstance(x, str) else Prompt(input_ids=list(x)) for x in p]
+
+
+def _reject_empty(prompts: list[Prompt]) -> None:
+    if any(p.text == "" or p.input_ids == [] for p in prompts):
+        raise APIError(400, "prompt must not be empty", "prompt")
+
+
+def _chat_logprobs(lps: list[TokenLogprob]) -> dict:
+    def entry(tok: str, lp: float) -> dict:
+        return {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8"))}
+
+    return {"content": [entry(x.token, x.logprob) | {"top_logprobs": [entry(t, v) for t, v in x.top]} for x in lps]}
+
+
+def _completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict:
+    offsets, pos = [], offset
+    for x in lps:
+        offsets.append(pos)
+        pos += len(x.token)
+    return {"tokens": [x.token for x in lps], "token_logprobs": [x.logprob for x in lps],
+            "top_logprobs": [{t: v for t, v in x.top} for x in lps], "text_offset": offsets}
+
+
+async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
+               auto_max: bool, kind: str, with_logprobs: bool):
+    d = Dispatch(state.frontend, prompts, params, req.n, auto_max)
+    rid, created = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
+    head = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": created, "model": state.model_name}
+    if not req.stream:
+        choices = await d.collect(raw)
+        return head | {"choices": [_choice(kind, c, with_logprobs) for c in choices], "usage": usage(choices, req.n)}
+    first = await d.start()
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return StreamingResponse(_stream(d, first, raw, head, kind, with_logprobs, include_usage, req.n),
+                             media_type="text/event-stream")
+
+
+def _choice(kind: str, c: Choice, with_logprobs: bool) -> dict:
+    if kind == "chat":
+        lp = _chat_logprobs(c.logprobs) if with_logprobs else None
+        return {"index": c.index, "message": {"role": "assistant", "content": c.text}, "logprobs": lp, "finish_reason": c.finish_reason}
+    lp = _completion_logprobs(c.logprobs, 0) if with_logprobs else None
+    return {"index": c.index, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
+
+
+async def _stream(d: Dispatch, first, raw: Request, head: dict, kind: str, with_logprobs: bool,
+                  include_usage: bool, n: int) -> AsyncIterator[str]:
+    head = head | {"object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
+    extra = {"usage": None} if include_usage else {}
+    choices = [Choice(i) for i in range(len(d.msgs))]
+    if kind == "chat":
+        for c in choices:
+            yield sse(head | {"choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]} | extra)
+    async for i, r in d.events(first, raw):
+        offset = len(choices[i].text)
+        choices[i].add(r)
+        if not r.text and not r.finished and not (with_logprobs and r.logprobs):
+            continue
+        if kind == "chat":
+            lp = _chat_logprobs(r.logprobs or []) if with_logprobs else None
+            delta = {"content": r.text} if r.text else {}
+            choice = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
+        else:
+            lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
+            choice = {"index": i, "text": r.text, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
+        yield sse(head | {"choices": [choice]} | extra)
+    if include_usage:
+        yield sse(head | {"choices": [], "usage": usage(choices, n)})
+    yield sse("[DONE]")
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
+    _check_model(state, req.model)
+    limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if req.top_logprobs is not None and not req.logprobs:
+        raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
+    params = build_params(req, limit, (req.top_logprobs or 0) if req.logprobs else None)
+    prompts = [Prompt(chat=_chat_messages(req))]
+    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs)
+
+
+@router.post("/v1/completions")
+async def completions(req: CompletionRequest, raw: Request, state: StateDep):
+    _check_model(state, req.model)
+    if req.echo:
+        raise APIError(400, "echo is not supported", "echo")
+    params = build_params(req, req.max_tokens, req.logprobs)
+    prompts = _completion_prompts(req)
+    _reject_empty(prompts)
+    return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None)
+
+
+@router.get("/v1/models")
+async def models(state: StateDep) -> dict:
+    card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
+            "root": state.model_path, "max_model_len": state.max_seq_len}
+    return {"object": "list", "data": [card]}

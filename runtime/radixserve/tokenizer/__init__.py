@@ -1,0 +1,2 @@
+"""Tokenize and incremental-detokenize workers."""
+from __future__ import annotations

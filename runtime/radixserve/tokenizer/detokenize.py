@@ -1,0 +1,94 @@
+"""Incremental detokenization: per request, decode a small window of recent tokens and emit only
+complete characters (a window ending in U+FFFD still lacks bytes of a multi-byte character),
+skipping special tokens and applying stop strings. Outputs for requests already finished are
+ignored (NOTE: upstream created fresh state for a token arriving after EOS and never freed it)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from radixserve.messages import TokenLogprob, TokenMsg, UserReply
+from radixserve.tokenizer.stop import StopStringMatcher
+
+_FINISHED_MEMORY = 1 << 16  # how many finished uids to remember (uids are never reused)
+_MAX_HELD = 4  # a UTF-8 character has at most 4 bytes: bytes held this long are invalid, not split
+
+
+@dataclass
+class _DecodeState:
+    stop: StopStringMatcher
+    want_logprobs: bool = False
+    ids: list[int] = field(default_factory=list)
+    prefix_offset: int = 0  # start of the decode window (gives the first token its context)
+    read_offset: int = 0  # tokens up to here are already emitted as text
+
+
+class DetokenizeManager:
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.states: dict[int, _DecodeState] = {}
+        self.finished: OrderedDict[int, None] = OrderedDict()
+
+    def start(self, uid: int, stop: list[str], want_logprobs: bool) -> None:
+        """Register a request (before its first token) so its stop strings are known."""
+        if uid not in self.finished:
+            self.states[uid] = _DecodeState(StopStringMatcher(stop), want_logprobs)
+
+    def is_active(self, uid: int) -> bool:
+        return uid in self.states
+
+    def finish(self, uid: int) -> None:
+        self.states.pop(uid, None)
+        self.finished[uid] = None
+        while len(self.finished) > _FINISHED_MEMORY:
+            self.finished.popitem(last=False)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _new_text(self, s: _DecodeState, final: bool) -> str:
+        prefix = self._decode(s.ids[s.prefix_offset : s.read_offset])
+        full = self._decode(s.ids[s.prefix_offset :])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            s.prefix_offset, s.read_offset = s.read_offset, len(s.ids)
+            return full[len(prefix) :]
+        if final:  # a character still incomplete at the end is dropped, never emitted broken
+            return full[len(prefix) :].rstrip("\ufffd")
+        if len(s.ids) - s.read_offset >= _MAX_HELD:  # emit all but the tokens a char may still need
+            cut = len(s.ids) - (_MAX_HELD - 1)
+            text = self._decode(s.ids[s.prefix_offset : cut])[len(prefix) :]
+            s.prefix_offset, s.read_offset = s.read_offset, cut
+            return text
+        return ""
+
+    def _logprob(self, out: TokenMsg) -> TokenLogprob:
+        top = [[self.tokenizer.decode([t]), lp] for t, lp in (out.top_logprobs or [])]
+        lp = out.logprob if out.logprob is not None else 0.0
+        return TokenLogprob(self.tokenizer.decode([out.token_id]), lp, top)
+
+    def process(self, out: TokenMsg) -> tuple[UserReply | None, bool]:
+        """One scheduler output → (reply for the API or None, True if a stop string matched and the
+        scheduler must abort the request)."""
+        s = self.states.get(out.uid)
+        if s is None:
+            if out.uid in self.finished:
+                return None, False
+            s = self.states[out.uid] = _DecodeState(StopStringMatcher([]))
+        s.ids.append(out.token_id)
+        text, stopped = s.stop.feed(self._new_text(s, final=out.finished))
+        finished = out.finished or stopped
+        if out.finished and not stopped:
+            text += s.stop.flush()
+        reply = UserReply(
+            uid=out.uid,
+            text=text,
+            token_ids=[out.token_id],
+            finished=finished,
+            finish_reason="stop" if stopped else out.finish_reason,
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=len(s.ids),
+            logprobs=[self._logprob(out)] if s.want_logprobs else None,
+        )
+        if finished:
+            self.finish(out.uid)
+        return reply, stopped and not out.finished

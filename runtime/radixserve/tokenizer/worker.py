@@ -1,0 +1,115 @@
+"""The tokenizer and detokenizer processes. With `--num-tokenizer 0` the detokenizer also
+tokenizes, polling both of its inputs."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any
+
+import zmq
+
+from radixserve.messages import (
+    AbortMsg,
+    IpcAddresses,
+    RequestFailed,
+    RequestStarted,
+    TokenBatch,
+    TokenizeMsg,
+    UserMsg,
+    UserReply,
+    decode,
+    make_socket,
+    recv_nowait,
+    send,
+)
+from radixserve.tokenizer.detokenize import DetokenizeManager
+from radixserve.tokenizer.tokenize import TokenizeManager
+
+logger = logging.getLogger("radixserve.tokenizer")
+_POLL_MS = 200
+
+
+def load_tokenizer(model_path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+class TokenizerWorker:
+    def __init__(self, tokenizer, ctx: zmq.Context, addrs: IpcAddresses, tokenize: bool, detokenize: bool) -> None:
+        self.poller = zmq.Poller()
+        self.to_scheduler = make_socket(ctx, zmq.PUSH, addrs.scheduler, bind=False)
+        self.to_api = make_socket(ctx, zmq.PUSH, addrs.frontend, bind=False)
+        self.tok_in = self.detok_in = None
+        if tokenize:
+            self.tokenizer = TokenizeManager(tokenizer)
+            self.tok_in = make_socket(ctx, zmq.PULL, addrs.tokenizer, bind=False)
+            self.poller.register(self.tok_in, zmq.POLLIN)
+        if detokenize:
+            self.detokenizer = DetokenizeManager(tokenizer)
+            self.detok_in = make_socket(ctx, zmq.PULL, addrs.detokenizer, bind=True)
+            self.poller.register(self.detok_in, zmq.POLLIN)
+
+    def _tokenize(self, msg: TokenizeMsg) -> None:
+        try:
+            ids = self.tokenizer.tokenize(msg)
+        except ValueError as e:
+            send(self.to_api, [RequestFailed(msg.uid, str(e), "messages" if msg.chat else "prompt")])
+            return
+        send(self.to_scheduler, UserMsg(msg.uid, ids, msg.params, msg.auto_max_tokens))
+
+    def _detokenize(self, msgs: list[Any]) -> None:
+        replies: list[Any] = []
+        d = self.detokenizer
+        for msg in msgs:
+            if isinstance(msg, TokenBatch):
+                for out in msg.outputs:
+                    reply, stopped = d.process(out)
+                    if reply is not None:
+                        replies.append(reply)
+                    if stopped:  # free the request's KV now, not at max_tokens
+                        send(self.to_scheduler, AbortMsg(out.uid))
+            elif isinstance(msg, RequestStarted):
+                d.start(msg.uid, msg.stop, msg.logprobs)
+            elif isinstance(msg, AbortMsg):
+                if d.is_active(msg.uid) or msg.uid not in d.finished:
+                    d.finish(msg.uid)
+                    replies.append(UserReply(msg.uid, "", [], True, "abort"))
+            elif isinstance(msg, RequestFailed):
+                d.finish(msg.uid)
+                replies.append(msg)
+            else:
+                logger.error("detokenizer: unexpected message %r", type(msg).__name__)
+        if replies:
+            send(self.to_api, replies)
+
+    def run_forever(self, parent_pid: int) -> None:
+        while os.getppid() == parent_pid:
+            ready = dict(self.poller.poll(_POLL_MS))
+            if self.detok_in is not None and self.detok_in in ready:
+                self._detokenize(recv_nowait(self.detok_in))
+            if self.tok_in is not None and self.tok_in in ready:
+                try:
+                    msg = self.tok_in.recv(zmq.NOBLOCK)  # one at a time: fair to other workers
+                except zmq.Again:
+                    continue
+                self._tokenize(decode(msg))
+        logger.error("tokenizer: the server process is gone; exiting")
+
+
+def run_tokenizer_process(
+    model_path: str,
+    addrs: IpcAddresses,
+    ack_queue,
+    parent_pid: int,
+    name: str,
+    tokenize: bool,
+    detokenize: bool,
+) -> None:
+    """Entry point of a spawned tokenizer or detokenizer process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
+    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
+    worker = TokenizerWorker(load_tokenizer(model_path), zmq.Context(), addrs, tokenize, detokenize)
+    ack_queue.put((name, {}))
+    worker.run_forever(parent_pid)

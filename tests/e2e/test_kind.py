@@ -1,0 +1,244 @@
+"""The whole stack on kind: the chart's operator serves the CPU sample (embedded model, TP 1),
+answers an OpenAI chat call in-cluster, rolls out a spec change to a new Ready generation, scales
+through the scale subresource, cleans up its children on delete, and schedules a GPU replica on
+the node's fake GPU capacity. Tests run in order and share one InferenceService. `make e2e`."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
+from tests.e2e.kind_cluster import wait_for
+
+pytestmark = pytest.mark.e2e
+
+SAMPLE = REPO / "manifests" / "samples" / "inferenceservice-cpu.yaml"
+NAME = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
+READY_TIMEOUT = 900  # image already loaded; this is model load + probes on a slow laptop
+
+CHAT_SCRIPT = """
+import json, sys, urllib.request
+base = sys.argv[1]
+model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24, "temperature": 0}
+req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))))
+"""
+
+
+def _rsvc(stack: Stack) -> dict:
+    obj = stack.kubectl.get("rsvc", NAME, stack.serving_ns)
+    assert obj is not None, f"InferenceService {NAME} is gone"
+    return obj
+
+
+def _ready(obj: dict) -> dict | None:
+    return next(
+        (c for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None
+    )
+
+
+def _wait_ready_at_current_generation(stack: Stack, replicas: int) -> dict:
+    """Ready=True for the resource's latest generation, with every replica ready."""
+    seen: list[str] = []
+
+    def probe() -> dict | None:
+        obj = _rsvc(stack)
+        gen, st, ready = obj["metadata"]["generation"], obj.get("status", {}), _ready(obj) or {}
+        seen.append(
+            f"gen {gen}: Ready={ready.get('status')}/{ready.get('reason')} "
+            f"observed={st.get('observedGeneration')} ready={st.get('readyReplicas')}"
+        )
+        done = (
+            ready.get("status") == "True"
+            and ready.get("observedGeneration") == gen
+            and st.get("observedGeneration") == gen
+            and st.get("readyReplicas") == replicas
+        )
+        return obj if done else None
+
+    try:
+        return wait_for(f"{NAME} Ready", probe, READY_TIMEOUT, interval=3)
+    finally:
+        print("\n".join(dict.fromkeys(seen)))  # each distinct state once: the rollout as it went
+
+
+def _pod_args(stack: Stack) -> list[list[str]]:
+    pods = stack.kubectl.json(
+        "get", "pods", "-n", stack.serving_ns, "-l", f"app.kubernetes.io/instance={NAME}"
+    )
+    live = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+    return [p["spec"]["containers"][0]["args"] for p in live]
+
+
+def _chat_in_cluster(stack: Stack, base_url: str) -> dict:
+    pod = f"chat-{uuid.uuid4().hex[:6]}"
+    k = stack.kubectl
+    k(
+        "run",
+        pod,
+        "-n",
+        stack.serving_ns,
+        f"--image={RUNTIME_CPU_IMAGE}",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--command",
+        "--",
+        "python",
+        "-c",
+        CHAT_SCRIPT,
+        base_url,
+    )
+
+    def finished() -> str | None:
+        phase = k(
+            "get", "pod", pod, "-n", stack.serving_ns, "-o", "jsonpath={.status.phase}"
+        ).strip()
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    try:
+        phase = wait_for(f"pod {pod} to finish", finished, timeout=420)
+        logs = k("logs", pod, "-n", stack.serving_ns)
+        assert phase == "Succeeded", logs
+        return json.loads(logs.strip().splitlines()[-1])
+    finally:
+        k("delete", "pod", pod, "-n", stack.serving_ns, "--wait=false", check=False)
+
+
+def test_cpu_sample_becomes_ready_and_answers_in_cluster(stack: Stack) -> None:
+    stack.kubectl("apply", "-n", stack.serving_ns, "-f", str(SAMPLE))
+    obj = _wait_ready_at_current_generation(stack, replicas=1)
+    endpoint = obj["status"]["endpoint"]
+    assert endpoint == f"http://{NAME}.{stack.serving_ns}.svc:8000/v1"
+    assert obj["status"]["tensorParallelSize"] == 1 and obj["status"]["gpusPerReplica"] == 0
+
+    answer = _chat_in_cluster(stack, endpoint)
+    message = answer["choices"][0]["message"]
+    assert message["role"] == "assistant"
+    assert "paris" in message["content"].lower(), message  # greedy SmolLM2-135M knows this one
+    assert answer["usage"]["completion_tokens"] > 0
+
+    reasons = stack.kubectl(
+        "get",
+        "events",
+        "-n",
+        stack.serving_ns,
+        "--field-selector",
+        f"involvedObject.name={NAME},involvedObject.kind=InferenceService",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).split()
+    assert "Created" in reasons, reasons
+
+
+def test_spec_change_rolls_out_to_a_new_ready_generation(stack: Stack) -> None:
+    before = _rsvc(stack)["metadata"]["generation"]
+    # An argument change (maxRunningRequests 16 -> 8); smaller requests also let the next test's
+    # second replica fit on a laptop-sized kind node.
+    patch = {
+        "spec": {
+            "runtime": {"maxRunningRequests": 8},
+            "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}},
+        }
+    }
+    stack.kubectl(
+        "patch", "rsvc", NAME, "-n", stack.serving_ns, "--type=merge", "-p", json.dumps(patch)
+    )
+    obj = _wait_ready_at_current_generation(stack, replicas=1)
+    assert obj["metadata"]["generation"] == before + 1
+    deployment = stack.kubectl.json("get", "deployment", NAME, "-n", stack.serving_ns)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-running-requests") + 1] == "8"
+    # Ready means no pod of the old spec is still serving
+    for pod_args in _pod_args(stack):
+        assert pod_args[pod_args.index("--max-running-requests") + 1] == "8"
+
+
+def test_kubectl_scale_adds_a_ready_replica(stack: Stack) -> None:
+    stack.kubectl("scale", f"rsvc/{NAME}", "-n", stack.serving_ns, "--replicas=2")
+    obj = _wait_ready_at_current_generation(stack, replicas=2)
+    assert obj["spec"]["replicas"] == 2 and obj["status"]["replicas"] == 2
+    scale = json.loads(
+        stack.kubectl(
+            "get",
+            "--raw",
+            f"/apis/radixserve.dev/v1alpha1/namespaces/{stack.serving_ns}"
+            f"/inferenceservices/{NAME}/scale",
+        )
+    )
+    assert scale["status"]["replicas"] == 2 and scale["status"]["selector"]
+    deployment = stack.kubectl.json("get", "deployment", NAME, "-n", stack.serving_ns)
+    assert deployment["status"]["readyReplicas"] == 2
+
+
+def test_delete_removes_its_children(stack: Stack) -> None:
+    stack.kubectl("delete", "rsvc", NAME, "-n", stack.serving_ns, "--timeout=180s")
+
+    def children() -> str:
+        return stack.kubectl(
+            "get",
+            "deployments,services,pods",
+            "-n",
+            stack.serving_ns,
+            "-l",
+            f"app.kubernetes.io/instance={NAME}",
+            "-o",
+            "name",
+        ).strip()
+
+    started = time.monotonic()
+    wait_for(
+        f"children of {NAME} to be garbage-collected",
+        lambda: children() == "",
+        timeout=300,
+        interval=3,
+    )
+    print(f"children gone after {time.monotonic() - started:.0f}s")
+    assert stack.kubectl.get("rsvc", NAME, stack.serving_ns) is None
+
+
+def test_gpu_request_schedules_on_the_advertised_capacity(stack: Stack) -> None:
+    """A GPU replica (TP 1) requests nvidia.com/gpu; the node's fake capacity lets it schedule."""
+    sample = yaml.safe_load(SAMPLE.read_text())
+    sample["metadata"]["name"] = name = "fake-gpu"
+    sample["spec"]["gpu"] = {"enabled": True}
+    sample["spec"]["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    stack.kubectl("apply", "-n", stack.serving_ns, "-f", "-", input=yaml.safe_dump(sample))
+    try:
+
+        def scheduled_pod() -> dict | None:
+            pods = stack.kubectl.json(
+                "get", "pods", "-n", stack.serving_ns, "-l", f"app.kubernetes.io/instance={name}"
+            )["items"]
+            for pod in pods:
+                conditions = pod["status"].get("conditions", [])
+                if any(c["type"] == "PodScheduled" and c["status"] == "True" for c in conditions):
+                    return pod
+            return None
+
+        pod = wait_for(f"a pod of {name} to be scheduled", scheduled_pod, timeout=300, interval=3)
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"
+        ready = _ready(stack.kubectl.get("rsvc", name, stack.serving_ns) or {}) or {}
+        assert ready.get("reason") != "InsufficientGPU", ready
+    finally:
+        stack.kubectl("delete", "rsvc", name, "-n", stack.serving_ns, "--wait=false", check=False)
+
+
+def test_operator_survives_the_run(stack: Stack) -> None:
+    dep = stack.kubectl.json("get", "deployment", "radixserve-operator", "-n", stack.operator_ns)
+    assert dep["status"].get("readyReplicas") == 1
+    pods = stack.kubectl.json(
+        "get", "pods", "-n", stack.operator_ns, "-l", "app.kubernetes.io/component=operator"
+    )
+    restarts = sum(
+        cs["restartCount"] for p in pods["items"] for cs in p["status"].get("containerStatuses", [])
+    )
+    assert restarts == 0, "the operator restarted during the run"

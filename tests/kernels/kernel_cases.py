@@ -1,0 +1,230 @@
+"""Random paged-KV layouts shared by the kernel tests."""
+from __future__ import annotations
+
+import pytest
+import torch
+from radixserve_kernels.testing import enable_cpu_interpreter
+
+INTERPRETING = not torch.cuda.is_available() and enable_cpu_interpreter()
+
+interpreter_only = pytest.mark.skipif(
+    not INTERPRETING,
+    reason="Triton interpreter tier: needs triton and no CUDA (the gpu tier covers CUDA)",
+)
+
+
+def paged_table(
+    seq_lens: list[int], page_size: int, num_pages: int, max_len: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A page table whose rows hold each request's slots on randomly chosen whole pages, rows
+    shuffled too. Returns (page_table [R, max_len] int32, req_rows [B] int64)."""
+    rows = len(seq_lens) + 2
+    table = torch.zeros(rows, max_len, dtype=torch.int32)
+    pages = torch.randperm(num_pages, generator=gen)
+    req_rows = torch.randperm(rows, generator=gen)[: len(seq_lens)]
+    used = 0
+    for row, n in zip(req_rows.tolist(), seq_lens):
+        need = -(-n // page_size)
+        assert used + need <= num_pages, "pool too small for the case"
+        mine = pages[used:used + need]
+        used += need
+        slots = (mine[:, None] * page_size + torch.arange(page_size)).flatten()[:n]
+        table[row, :n] = slots.to(torch.int32)
+    return table, req_rows
+
+
+def kv_pool(num_pages: int, page_size: int, heads: int, dim: int, dtype: torch.dtype,
+            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = ((num_pages + 1) * page_size, heads, dim)
+    return (torch.randn(shape, generator=gen).to(dtype), torch.randn(shape, generator=gen).to(dtype))
+
+
+# ---- checks shared by the interpreter tier (CPU) and the gpu tier ---------------------------
+# Tolerances: float32 kernels agree with the references to ~1e-5 (attention) / 1e-6 (elementwise).
+# 16-bit results may differ by one unit in the last place (bf16: 2**-8 relative) where the kernel
+# rounds a value the reference rounds differently (fused math, or the interpreter's truncating
+# casts), so 16-bit comparisons allow 2 ulps.
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, scale: float = 1.0) -> None:
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol * scale)
+
+
+def check_rmsnorm(dev: str, dtype: torch.dtype, rows: int, dim: int) -> None:
+    from radixserve_kernels import (
+        fused_add_rms_norm,
+        fused_add_rms_norm_ref,
+        rms_norm,
+        rms_norm_ref,
+    )
+
+    gen = torch.Generator().manual_seed(rows * dim)
+    x = torch.randn(rows, 3, dim, generator=gen).to(dtype).to(dev)
+    res = torch.randn(rows, 3, dim, generator=gen).to(dtype).to(dev)
+    w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
+    close(rms_norm(x, w, 1e-6), rms_norm_ref(x, w, 1e-6), dtype)
+    strided = torch.randn(rows, 5, dim, generator=gen).to(dtype).to(dev)[:, 1:4]
+    close(rms_norm(strided, w, 1e-6), rms_norm_ref(strided, w, 1e-6), dtype)
+    out, new_res = fused_add_rms_norm(x, res, w, 1e-6)
+    want_out, want_res = fused_add_rms_norm_ref(x, res, w, 1e-6)
+    close(out, want_out, dtype)
+    close(new_res, want_res, dtype)
+
+
+def check_silu_and_mul(dev: str, dtype: torch.dtype, rows: int, inter: int) -> None:
+    from radixserve_kernels import silu_and_mul, silu_and_mul_ref
+
+    x = (torch.randn(rows, 2 * inter, generator=torch.Generator().manual_seed(inter)) * 3).to(dtype).to(dev)
+    close(silu_and_mul(x), silu_and_mul_ref(x), dtype, scale=10)
+
+
+def check_rotary(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, int], dim: int,
+                 inv_freq: torch.Tensor) -> None:
+    from radixserve_kernels import apply_rotary, apply_rotary_ref, build_cos_sin_cache
+
+    gen = torch.Generator().manual_seed(tokens)
+    hq, hk = heads
+    cache = build_cos_sin_cache(inv_freq, 4096).to(dev)
+    qkv = torch.randn(tokens, (hq + 2 * hk) * dim, generator=gen).to(dtype).to(dev)
+    q = qkv[:, : hq * dim].view(tokens, hq, dim)  # strided views, as a fused QKV gives them
+    k = qkv[:, hq * dim : (hq + hk) * dim].view(tokens, hk, dim)
+    pos = torch.randint(0, 4096, (tokens,), generator=gen).to(dev)
+    got_q, got_k = apply_rotary(q, k, pos, cache)
+    want_q, want_k = apply_rotary_ref(q, k, pos, cache)
+    close(got_q, want_q, dtype, scale=4)
+    close(got_k, want_k, dtype, scale=4)
+
+
+def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:
+    from radixserve_kernels import store_kv, store_kv_ref
+
+    gen = torch.Generator().manual_seed(tokens)
+    kc = torch.randn(4 * tokens + 8, heads, dim, generator=gen).to(dtype).to(dev)
+    vc = torch.randn(kc.shape, generator=gen).to(dtype).to(dev)
+    kv = torch.randn(tokens, 2 * heads, dim, generator=gen).to(dtype).to(dev)
+    k, v = kv[:, :heads], kv[:, heads:]
+    loc = torch.randperm(kc.shape[0], generator=gen)[:tokens].to(dev)
+    want_k, want_v = kc.clone(), vc.clone()
+    store_kv_ref(want_k, want_v, k, v, loc)
+    store_kv(kc, vc, k, v, loc)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple[int, int],
+                 dim: int, page: int, splits: list[int | None]) -> None:
+    from radixserve_kernels import decode_attention, decode_attention_ref
+
+    gen = torch.Generator().manual_seed(sum(seq_lens) + page)
+    hq, hk = heads
+    num_pages = sum(-(-n // page) for n in seq_lens) + 3
+    table, rows = paged_table(seq_lens, page, num_pages, max(seq_lens) + page, gen)
+    kc, vc = kv_pool(num_pages, page, hk, dim, dtype, gen)
+    q = torch.randn(len(seq_lens), hq, dim, generator=gen).to(dtype)
+    args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32))]
+    want = decode_attention_ref(*args, dim**-0.5)
+    for s in splits:
+        close(decode_attention(*args, dim**-0.5, num_splits=s), want, dtype)
+
+
+def check_extend(dev: str, dtype: torch.dtype, prefix_lens: list[int], extend_lens: list[int],
+                 heads: tuple[int, int], dim: int, page: int) -> None:
+    from radixserve_kernels import extend_attention, extend_attention_ref
+
+    gen = torch.Generator().manual_seed(sum(extend_lens) + page)
+    hq, hk = heads
+    seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    num_pages = sum(-(-n // page) for n in seq_lens) + 3
+    table, rows = paged_table(seq_lens, page, num_pages, max(seq_lens) + page, gen)
+    kc, vc = kv_pool(num_pages, page, hk, dim, dtype, gen)
+    q = torch.randn(sum(extend_lens), hq, dim, generator=gen).to(dtype)
+    ext = torch.tensor(extend_lens, dtype=torch.int32)
+    args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32), ext)]
+    want = extend_attention_ref(*args, dim**-0.5)
+    qo_start = (torch.cumsum(ext, 0) - ext).to(torch.int32).to(dev)
+    got = extend_attention(*args, dim**-0.5, qo_start, max(extend_lens))
+    close(got, want, dtype)
+
+
+def check_moe(dev: str, dtype: torch.dtype, tokens: int, hidden: int, inter: int, experts: int,
+              top_k: int) -> None:
+    from radixserve_kernels import fused_moe, fused_moe_ref, topk_softmax, topk_softmax_ref
+
+    gen = torch.Generator().manual_seed(tokens + experts)
+    logits = torch.randn(tokens, experts, generator=gen).to(dtype).to(dev)
+    for norm in (True, False):
+        w, ids = topk_softmax(logits, top_k, norm)
+        want_w, want_ids = topk_softmax_ref(logits, top_k, norm)
+        # 16-bit logits tie often and torch.topk breaks ties its own way: compare the chosen
+        # probabilities, and that each token's experts are distinct
+        probs = torch.softmax(logits.float(), dim=-1)
+        assert torch.equal(probs.gather(1, ids.long()), probs.gather(1, want_ids.long()))
+        assert (ids.sort(dim=1).values.diff(dim=1) > 0).all()
+        torch.testing.assert_close(w, want_w, rtol=1e-5, atol=1e-6)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype).to(dev)
+    w13 = (torch.randn(experts, 2 * inter, hidden, generator=gen) * hidden**-0.5).to(dtype).to(dev)
+    w2 = (torch.randn(experts, hidden, inter, generator=gen) * inter**-0.5).to(dtype).to(dev)
+    got = fused_moe(x, w13, w2, want_w, want_ids)
+    want = fused_moe_ref(x, w13, w2, want_w, want_ids)
+    rtol, _ = TOL[dtype]
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= 4 * rtol * want.float().abs().max().item() + 1e-5, err
+
+
+def check_page_indices(dev: str, seq_lens: list[int], page: int) -> None:
+    from radixserve_kernels import page_indices, page_indices_ref
+
+    gen = torch.Generator().manual_seed(page)
+    num_pages = sum(-(-n // page) for n in seq_lens) + 1
+    table, rows = paged_table(seq_lens, page, num_pages, max(seq_lens) + page, gen)
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+    n_pages = (seq + page - 1) // page
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(n_pages, 0)]).to(torch.int32)
+    out = torch.full((int(indptr[-1]) + 5,), -7, dtype=torch.int32, device=dev)
+    page_indices(table.to(dev), rows.to(dev), seq.to(dev), page, indptr.to(dev), out)
+    want = page_indices_ref(table, rows, seq, page)
+    assert torch.equal(out[: len(want)].cpu(), want)
+    assert (out[len(want):] == -7).all()
+
+
+# ---- whole batches for the attention backends ------------------------------------------------
+def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int],
+                 extend_lens: list[int], heads: tuple[int, int], dim: int, seed: int = 0,
+                 num_layers: int = 2):
+    """(AttnConfig, Batch, q, k, v): a pool whose prefix slots hold random K/V, a shuffled page
+    table, and the new tokens' q/k/v. `extend_lens` all 1 gives a decode batch."""
+    from radixserve.attention.base import AttnConfig
+    from radixserve.engine.batch import Batch
+    from radixserve.kvcache.pool import MHAKVPool
+
+    gen = torch.Generator().manual_seed(seed)
+    hq, hk = heads
+    seq = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    num_pages = sum(-(-n // page) for n in seq) + 2
+    max_len = -(-max(seq) // page) * page + page
+    table, rows = paged_table(seq, page, num_pages, max_len, gen)
+    pool = MHAKVPool(num_layers, num_pages, page, hk, dim, dtype, dev)
+    for layer in range(num_layers):
+        pool.k_cache(layer).copy_(torch.randn(pool.k_cache(layer).shape, generator=gen).to(dtype))
+        pool.v_cache(layer).copy_(torch.randn(pool.v_cache(layer).shape, generator=gen).to(dtype))
+    out_loc = torch.cat([table[r, p:n] for r, p, n in zip(rows.tolist(), prefix_lens, seq)])
+    positions = torch.cat([torch.arange(p, n) for p, n in zip(prefix_lens, seq)])
+    t = int(sum(extend_lens))
+    cfg = AttnConfig(num_qo_heads=hq, num_kv_heads=hk, head_dim=dim, page_size=page, kv_pool=pool,
+                     page_table=table.to(dev), device=torch.device(dev), dtype=dtype)
+    batch = Batch(
+        phase="decode" if all(e == 1 for e in extend_lens) else "prefill",
+        input_ids=torch.zeros(t, dtype=torch.int64, device=dev), positions=positions.to(dev),
+        out_loc=out_loc.long().to(dev), req_rows=rows.to(dev),
+        seq_lens=torch.tensor(seq, dtype=torch.int32, device=dev),
+        extend_lens=torch.tensor(extend_lens, dtype=torch.int32, device=dev),
+        seq_lens_cpu=seq, extend_lens_cpu=list(extend_lens),
+    )
+    q, k, v = (torch.randn(t, h, dim, generator=gen).to(dtype).to(dev) for h in (hq, hk, hk))
+    return cfg, batch, q, k, v
+
+
+def run_backend(backend, batch, q, k, v, layers: int = 2) -> list[torch.Tensor]:
+    backend.prepare(batch)
+    return [backend.forward(q, k, v, layer, batch) for layer in range(layers)]

@@ -1,0 +1,73 @@
+"""Every Triton kernel against its torch reference on CUDA at realistic shapes (GQA 16/8 and
+32/8, head_dim 64/128, page sizes 1/16/64, batches up to 64, sequences up to 2k)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.kernels import kernel_cases as kc
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [128, 1024, 4096])
+def test_rmsnorm(dtype: torch.dtype, dim: int) -> None:
+    kc.check_rmsnorm("cuda", dtype, rows=300, dim=dim)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(dtype: torch.dtype) -> None:
+    kc.check_silu_and_mul("cuda", dtype, rows=257, inter=3072)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [64, 128])
+def test_rotary_default_and_llama3(dtype: torch.dtype, dim: int) -> None:
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+    for params in ({"rope_type": "default", "rope_theta": 1e6}, llama3):
+        cfg = LlamaConfig(hidden_size=16 * dim, num_attention_heads=16, rope_parameters=params)
+        inv_freq = LlamaRotaryEmbedding(cfg).inv_freq
+        kc.check_rotary("cuda", dtype, tokens=513, heads=(16, 8), dim=dim, inv_freq=inv_freq)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_store_kv(dtype: torch.dtype) -> None:
+    kc.check_store_kv("cuda", dtype, tokens=1000, heads=8, dim=128)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page", [1, 16, 64])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_decode_attention(dtype: torch.dtype, page: int, heads: tuple[int, int], dim: int) -> None:
+    gen = torch.Generator().manual_seed(page)
+    seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
+    kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16])
+    kc.check_decode("cuda", dtype, [1500], heads, dim, page, splits=[None, 1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page", [1, 16, 64])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_extend_attention(dtype: torch.dtype, page: int, heads: tuple[int, int], dim: int) -> None:
+    gen = torch.Generator().manual_seed(page + dim)
+    prefix = [0, 0, 1500, 63, 700] + torch.randint(0, 1024, (11,), generator=gen).tolist()
+    extend = [2048, 1, 300, 65, 1] + torch.randint(1, 512, (11,), generator=gen).tolist()
+    kc.check_extend("cuda", dtype, prefix, extend, heads, dim, page)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 37, 1024])
+def test_moe_qwen3_shapes(dtype: torch.dtype, tokens: int) -> None:
+    # Qwen3-30B-A3B's expert shapes, fewer experts to keep memory small
+    kc.check_moe("cuda", dtype, tokens=tokens, hidden=2048, inter=768, experts=32, top_k=8)
+
+
+@pytest.mark.parametrize("page", [1, 16, 64, 256])
+def test_page_indices(page: int) -> None:
+    kc.check_page_indices("cuda", [1, page, page + 1, 2048, 777], page)

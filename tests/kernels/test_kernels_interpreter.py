@@ -1,0 +1,59 @@
+"""Every Triton kernel against its torch reference on CPU, through Triton's interpreter, at small
+shapes. (bf16 `tl.dot` is not emulated by the interpreter, so attention and MoE use fp32/fp16
+here; the gpu tier covers bf16.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.kernels import kernel_cases as kc
+
+pytestmark = kc.interpreter_only
+ELEMENTWISE = [torch.float32, torch.bfloat16]
+MATMUL = [torch.float32, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_rmsnorm(dtype: torch.dtype) -> None:
+    kc.check_rmsnorm("cpu", dtype, rows=5, dim=48)
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_silu_and_mul(dtype: torch.dtype) -> None:
+    kc.check_silu_and_mul("cpu", dtype, rows=4, inter=40)
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_rotary_default_and_llama3_frequencies(dtype: torch.dtype) -> None:
+    plain = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
+    llama3 = plain.clone()
+    llama3[8:] /= 8  # low frequencies scaled down, as llama3 scaling does
+    for inv_freq in (plain, llama3):
+        kc.check_rotary("cpu", dtype, tokens=6, heads=(4, 2), dim=32, inv_freq=inv_freq)
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_store_kv(dtype: torch.dtype) -> None:
+    kc.check_store_kv("cpu", dtype, tokens=7, heads=2, dim=16)
+
+
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("page", [1, 4])
+def test_decode_attention(dtype: torch.dtype, page: int) -> None:
+    kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=16, page=page, splits=[None, 1, 3])
+
+
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("page", [1, 4])
+def test_extend_attention(dtype: torch.dtype, page: int) -> None:
+    kc.check_extend("cpu", dtype, prefix_lens=[0, 9, 70], extend_lens=[5, 1, 66], heads=(4, 2),
+                    dim=16, page=page)
+
+
+@pytest.mark.parametrize("dtype", MATMUL)
+def test_moe(dtype: torch.dtype) -> None:
+    kc.check_moe("cpu", dtype, tokens=9, hidden=32, inter=16, experts=6, top_k=2)
+
+
+def test_page_indices() -> None:
+    kc.check_page_indices("cpu", [1, 16, 17, 40], page=16)

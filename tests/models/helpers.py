@@ -1,0 +1,63 @@
+"""A dense causal attention backend for one prefill sequence, so model tests need no KV pool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from radixserve.attention.base import BaseAttnBackend
+from radixserve.engine.batch import Batch
+from radixserve.engine.context import forward_batch
+from radixserve.models.base import BaseCausalLM
+
+
+class DenseCausalBackend(BaseAttnBackend):
+    def __init__(self) -> None:  # no AttnConfig: nothing is cached
+        pass
+
+    def prepare(self, batch: Batch) -> None:
+        assert batch.bs == 1 and batch.prefix_lens_cpu == [0]
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
+        groups = q.shape[1] // k.shape[1]
+        k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+        )
+        return out.transpose(0, 1)
+
+
+def one_request_batch(ids: list[int]) -> Batch:
+    n = len(ids)
+    return Batch(
+        phase="prefill",
+        input_ids=torch.tensor(ids),
+        positions=torch.arange(n),
+        out_loc=torch.zeros(n, dtype=torch.int64),
+        req_rows=torch.zeros(1, dtype=torch.int64),
+        seq_lens=torch.tensor([n], dtype=torch.int32),
+        extend_lens=torch.tensor([n], dtype=torch.int32),
+        seq_lens_cpu=[n],
+        extend_lens_cpu=[n],
+    )
+
+
+@torch.inference_mode()
+def our_logits(model: BaseCausalLM, ids: list[int]) -> torch.Tensor:
+    """float32 logits [len(ids), vocab] of every position."""
+    batch, backend = one_request_batch(ids), DenseCausalBackend()
+    backend.prepare(batch)
+    with forward_batch(batch, backend):
+        hidden = model(batch.input_ids, batch.positions)
+    return model.compute_logits(hidden)
+
+
+@torch.inference_mode()
+def hf_logits(model_dir: Path, ids: list[int]) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return model(torch.tensor([ids])).logits[0].float()

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def random_prompts(n: int, lengths: list[int], vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (lengths[i % len(lengths)],), generator=g).tolist() for i in range(n)]
+
+
+def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+    """transformers `generate`, one prompt at a time (no padding), EOS ignored (eos_token_id=None;
+    min_new_tokens would instead *ban* EOS ids and change the greedy choice)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    outs = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p])
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                 eos_token_id=None, do_sample=False, pad_token_id=0)
+            outs.append(gen[0, len(p):].tolist())
+    return outs

@@ -1,0 +1,77 @@
+"""Run `python -m radixserve serve` as a real process on a free loopback port."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+API_KEY = "test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, model: Path | None, log_path: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "radixserve", "serve", "--port", str(self.port), "--device", "cpu", *extra]
+        if model is not None:
+            cmd += ["--model", str(model)]
+        self.log_path = log_path
+        env = os.environ | {"RADIXSERVE_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+        self._log = open(log_path, "wb")  # noqa: SIM115 - open for the process's whole life
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not ready within {timeout}s:\n{self.log()[-4000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def metrics(self) -> dict[str, float]:
+        """Unlabelled samples of /metrics (labelled ones keep their label text in the name)."""
+        out = {}
+        for line in httpx.get(f"{self.base}/metrics", timeout=5).text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def child_pid(self, name: str) -> int:
+        """A child's pid, from the line the server logs when it starts one."""
+        m = re.search(rf"started {re.escape(name)} \(pid (\d+)\)", self.log())
+        assert m, f"no pid logged for {name}"
+        return int(m.group(1))

@@ -1,0 +1,74 @@
+"""Bad requests get the right status and an OpenAI error body; the server keeps serving."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.server.server_process import API_KEY
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def _ok_request(base: str) -> None:
+    r = httpx.post(f"{base}/v1/chat/completions", headers=AUTH, json=CHAT | {"temperature": 0}, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def _max_len(base: str) -> int:
+    return httpx.get(f"{base}/v1/models", headers=AUTH).json()["data"][0]["max_model_len"]
+
+
+CASES = [
+    # (name, path, headers, body (dict or raw bytes), status, param, code)
+    ("malformed json", "/v1/chat/completions", AUTH, b'{"model": "tiny", "messages": [', 400, None, None),
+    ("messages not a list", "/v1/chat/completions", AUTH, {"model": "tiny", "messages": "hi"}, 400, "messages", None),
+    ("max_tokens wrong type", "/v1/chat/completions", AUTH, CHAT | {"max_tokens": "lots"}, 400, "max_tokens", None),
+    ("negative max_tokens", "/v1/chat/completions", AUTH, CHAT | {"max_tokens": -3}, 400, "max_tokens", None),
+    ("temperature out of range", "/v1/completions", AUTH, {"prompt": "x", "temperature": -1}, 400, "temperature", None),
+    ("bad role", "/v1/chat/completions", AUTH, {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages.0.role", None),
+    ("image part", "/v1/chat/completions", AUTH, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages.0.content", None),
+    ("empty prompt", "/v1/completions", AUTH, {"prompt": "", "max_tokens": 2}, 400, "prompt", None),
+    ("empty token prompt", "/generate", AUTH, {"input_ids": []}, 400, "input_ids", None),
+    ("unknown model", "/v1/chat/completions", AUTH, CHAT | {"model": "nope"}, 404, "model", "model_not_found"),
+    ("wrong api key", "/v1/chat/completions", {"Authorization": "Bearer wrong"}, CHAT, 401, None, "invalid_api_key"),
+    ("missing api key", "/v1/completions", {}, {"prompt": "x"}, 401, None, "invalid_api_key"),
+    ("n zero", "/v1/completions", AUTH, {"prompt": "x", "n": 0}, 400, "n", None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_request(server, case) -> None:
+    _, path, headers, body, status, param, code = case
+    kw = {"content": body, "headers": headers | {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body, "headers": headers}
+    r = httpx.post(f"{server.base}{path}", timeout=60, **kw)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["param"] == param and err["code"] == code
+    _ok_request(server.base)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_prompt_over_the_context_length_is_400_naming_the_limits(server, stream: bool) -> None:
+    limit = _max_len(server.base)
+    body = {"prompt": [5] * limit, "max_tokens": 8, "stream": stream}
+    r = httpx.post(f"{server.base}/v1/completions", headers=AUTH, json=body, timeout=60)
+    assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded"
+    assert str(limit) in err["message"] and str(limit + 8) in err["message"]
+    _ok_request(server.base)
+
+
+def test_max_tokens_filling_the_context_exactly_is_accepted(server) -> None:
+    limit = _max_len(server.base)
+    body = {"prompt": [5] * (limit - 3), "max_tokens": 3, "ignore_eos": True, "temperature": 0}
+    r = httpx.post(f"{server.base}/v1/completions", headers=AUTH, json=body, timeout=120)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
+def test_health_and_metrics_need_no_key(server) -> None:
+    assert httpx.get(f"{server.base}/health").status_code == 200
+    assert httpx.get(f"{server.base}/metrics").status_code == 200
+    assert httpx.get(f"{server.base}/v1/models").status_code == 401

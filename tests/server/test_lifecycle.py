@@ -1,0 +1,75 @@
+"""Process supervision: a dead scheduler makes the server unhealthy and exit non-zero; SIGTERM lets
+an in-flight stream finish, then exits 0 and removes the private socket directory."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.server_process import ServerProcess
+
+
+def _ipc_dir(srv: ServerProcess) -> Path:
+    m = re.search(r"ipc sockets in (\S+)", srv.log())
+    assert m, "the server logs its socket directory"
+    return Path(m.group(1))
+
+
+@pytest.fixture
+def fresh_server(tiny_model, tmp_path):
+    srv = ServerProcess(tiny_model, tmp_path / "server.log")
+    srv.wait_ready()
+    yield srv
+    srv.stop()
+
+
+def test_killed_scheduler_fails_health_and_exits_nonzero(fresh_server) -> None:
+    srv = fresh_server
+    ipc = _ipc_dir(srv)
+    assert ipc.is_dir()
+    os.kill(srv.child_pid("scheduler"), signal.SIGKILL)
+    t0, saw_failure = time.monotonic(), False
+    while time.monotonic() - t0 < 10 and not saw_failure:
+        try:
+            saw_failure = httpx.get(f"{srv.base}/health", timeout=1).status_code == 503
+        except httpx.HTTPError:
+            saw_failure = True  # already gone
+        time.sleep(0.1)
+    assert saw_failure
+    code = srv.proc.wait(timeout=20)
+    assert code != 0 and time.monotonic() - t0 < 20
+    assert re.search(r"child process scheduler \(pid \d+\) died with exit code -9", srv.log())
+    assert not ipc.exists()
+
+
+def test_sigterm_drains_in_flight_stream_then_exits_zero(fresh_server) -> None:
+    srv = fresh_server
+    ipc = _ipc_dir(srv)
+    body = {"prompt": "a b c", "max_tokens": 200, "ignore_eos": True, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    first_chunk, result = threading.Event(), {}
+
+    def stream() -> None:
+        with httpx.stream("POST", f"{srv.base}/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                first_chunk.set()
+                if line.startswith("data: {") and '"usage": {' in line:
+                    result["usage"] = json.loads(line[6:])["usage"]
+                if line == "data: [DONE]":
+                    result["done"] = True
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert first_chunk.wait(30)
+    srv.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    assert result.get("done") and result["usage"]["completion_tokens"] == 200
+    assert srv.proc.wait(timeout=30) == 0
+    assert not ipc.exists()

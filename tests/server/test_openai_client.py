@@ -1,0 +1,140 @@
+"""The official `openai` client against a real server (tiny random llama, real processes)."""
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.server.server_process import API_KEY
+
+MSGS = [{"role": "user", "content": "Tell me a story about a fox."}]
+PROMPT = "Once upon a time, a quick brown fox"
+EXACT = {"ignore_eos": True}  # the random model must not end early: lengths become exact
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base}/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+def _chat(client, **kw):
+    return client.chat.completions.create(model="tiny", messages=MSGS, **kw)
+
+
+def test_models_lists_the_served_name(client) -> None:
+    assert [m.id for m in client.models.list()] == ["tiny"]
+
+
+def test_chat_greedy_stream_equals_non_stream_and_usage_matches_tokenizer(client, tiny_tokenizer) -> None:
+    full = _chat(client, max_tokens=20, temperature=0, extra_body=EXACT)
+    chunks = list(_chat(client, max_tokens=20, temperature=0, stream=True,
+                        stream_options={"include_usage": True}, extra_body=EXACT))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == full.choices[0].message.content
+    assert full.choices[0].finish_reason == "length"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    templated = tiny_tokenizer.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    n_prompt = len(tiny_tokenizer.encode(templated, add_special_tokens=False))
+    assert full.usage.prompt_tokens == n_prompt and full.usage.completion_tokens == 20
+    assert full.usage.total_tokens == n_prompt + 20
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == full.usage.model_dump()
+
+
+def test_completions_text_is_the_decoded_tokens(client, server, tiny_tokenizer) -> None:
+    full = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0, extra_body=EXACT)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=16, temperature=0, stream=True, extra_body=EXACT))
+    native = httpx.post(f"{server.base}/generate", headers={"Authorization": f"Bearer {API_KEY}"}, json={
+        "text": PROMPT, "sampling_params": {"max_tokens": 16, "ignore_eos": True}}, timeout=60).json()
+    assert len(native["output_ids"]) == 16
+    assert full.choices[0].text == streamed == native["text"]
+    # the random model emits stray bytes; their U+FFFD count depends on where decoding splits
+    decoded = tiny_tokenizer.decode(native["output_ids"], skip_special_tokens=True)
+    assert native["text"].replace("\ufffd", "") == decoded.replace("\ufffd", "")
+    assert full.usage.prompt_tokens == len(tiny_tokenizer.encode(PROMPT)) == native["usage"]["prompt_tokens"]
+
+
+def test_n_two_with_seeds_fans_out(client) -> None:
+    two = _chat(client, max_tokens=12, temperature=1.0, seed=7, n=2, extra_body=EXACT)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.usage.completion_tokens == 24
+    one = [_chat(client, max_tokens=12, temperature=1.0, seed=s, extra_body=EXACT).choices[0].message.content
+           for s in (7, 8)]
+    assert [c.message.content for c in two.choices] == one
+    greedy = _chat(client, max_tokens=8, temperature=0, n=2, extra_body=EXACT)
+    assert greedy.choices[0].message.content == greedy.choices[1].message.content
+
+
+SAMPLED = {"temperature": 1.0, "max_tokens": 32}
+
+
+def _stop_across_tokens(server, tiny_tokenizer) -> tuple[int, str, str]:
+    """A seed whose sampled text holds 3 printable characters that no single token contains."""
+    for seed in range(40):
+        out = httpx.post(f"{server.base}/generate", headers={"Authorization": f"Bearer {API_KEY}"}, json={
+            "text": PROMPT, "sampling_params": SAMPLED | {"seed": seed, "ignore_eos": True}}, timeout=60).json()
+        pieces = [tiny_tokenizer.decode([t]) for t in out["output_ids"]]
+        text = out["text"]
+        for i in range(2, len(text) - 3):
+            stop = text[i : i + 3]
+            if stop.isprintable() and "\ufffd" not in stop and not any(stop in p for p in pieces):
+                return seed, text, stop
+    pytest.fail("no sampled text with a usable stop string")
+
+
+def test_stop_string_spanning_tokens_is_cut_and_not_included(client, server, tiny_tokenizer) -> None:
+    seed, text, stop = _stop_across_tokens(server, tiny_tokenizer)
+    expected = text[: text.find(stop)]
+    kw = SAMPLED | {"model": "tiny", "prompt": PROMPT, "seed": seed, "stop": [stop], "extra_body": EXACT}
+    full = client.completions.create(**kw)
+    assert full.choices[0].text == expected and full.choices[0].finish_reason == "stop"
+    assert full.usage.completion_tokens < 32
+    chunks = list(client.completions.create(**kw | {"stop": stop, "stream": True}))
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_chat_logprobs(client) -> None:
+    r = _chat(client, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3, extra_body=EXACT)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 6
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.logprob <= 0.0
+        assert entry.top_logprobs[0].token == entry.token  # greedy takes the best
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-4)
+        assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
+
+
+def test_completion_logprobs(client) -> None:
+    r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=5, temperature=0, logprobs=2, extra_body=EXACT)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
+    # greedy picks the best; tokens that decode alike (stray bytes) share one key of the dict
+    assert all(1 <= len(t) <= 2 and v >= max(t.values()) - 1e-4 for t, v in zip(lp.top_logprobs, lp.token_logprobs))
+    assert all(v <= 0 for v in lp.token_logprobs)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+
+
+def test_content_as_text_parts_equals_string_content(client) -> None:
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Tell me a story "}, {"type": "text", "text": "about a fox."}]}]
+    a = client.chat.completions.create(model="tiny", messages=parts, max_tokens=8, temperature=0, extra_body=EXACT)
+    b = _chat(client, max_tokens=8, temperature=0, extra_body=EXACT)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens
+
+
+def test_unknown_model_is_404(client) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-17", messages=MSGS, max_tokens=2)
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_health_generate_and_metrics(server) -> None:
+    assert httpx.get(f"{server.base}/health_generate", timeout=30).status_code == 200
+    m = server.metrics()
+    assert m['radixserve_requests_total{outcome="length"}'] >= 1
+    assert m["radixserve_generation_tokens_total"] >= 16 and m["radixserve_prompt_tokens_total"] > 0
+    assert m["radixserve_kv_pages_total"] > 0
+    assert m["radixserve_time_to_first_token_seconds_count"] >= 1
+    assert m["radixserve_inter_token_latency_seconds_count"] >= 1

@@ -1,0 +1,61 @@
+"""`radixserve shell` through a pseudo-terminal: two turns with history, /reset, /exit."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+import pexpect
+
+TURN = re.compile(rb"\[(\d+) prompt tokens, (\d+) generated, (\w+)\]")
+
+
+def _turn(child: pexpect.spawn, text: str) -> tuple[int, int]:
+    child.expect("you> ")
+    child.sendline(text)
+    child.expect(TURN)
+    prompt, generated, reason = child.match.groups()
+    assert reason in (b"stop", b"length") and 0 < int(generated) <= 6
+    return int(prompt), int(generated)
+
+
+def test_shell_keeps_history_resets_and_exits(tiny_model) -> None:
+    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
+    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
+                                           "--device", "cpu", "--max-tokens", "6"], env=env, timeout=120)
+    try:
+        first, _ = _turn(child, "hello there")
+        second, _ = _turn(child, "hello there")
+        assert second > first + 1, "the second turn's prompt holds the first exchange"
+        child.expect("you> ")
+        child.sendline("/reset")
+        child.expect(re.escape("[history cleared]"))
+        third, _ = _turn(child, "hello there")
+        assert third == first
+        child.expect("you> ")
+        child.sendline("/exit")
+        child.expect("bye")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_shell_ctrl_c_at_the_prompt_keeps_it_and_ctrl_d_exits(tiny_model) -> None:
+    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
+    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
+                                           "--device", "cpu", "--max-tokens", "4"], env=env, timeout=120)
+    try:
+        child.expect("you> ")
+        time.sleep(0.5)  # let prompt_toolkit enter raw mode, or the tty eats the control key
+        child.sendintr()
+        _turn(child, "still here")
+        child.expect("you> ")
+        time.sleep(0.5)
+        child.send("\x04")
+        child.expect("bye")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
