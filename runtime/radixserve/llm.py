@@ -58,8 +58,9 @@ class LLM:
             from radixserve.scheduler.tp_launch import start_followers, start_leader
 
             init_method, self._followers = start_followers(eng_cfg, sch_cfg)
+            self._rendezvous = init_method
             atexit.register(self.close)
-            self.scheduler = start_leader(eng_cfg, sch_cfg, init_method)
+            self.scheduler = start_leader(eng_cfg, sch_cfg, init_method, self._followers)
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(self.scheduler.model_path)
@@ -70,6 +71,7 @@ class LLM:
         if not self._followers:
             return
         from radixserve.distributed.torch_comm import shutdown_tp
+        from radixserve.scheduler.tp_launch import remove_rendezvous
 
         try:
             if all(p.is_alive() for p in self._followers):
@@ -81,6 +83,7 @@ class LLM:
                     p.kill()
             self._followers = []
             shutdown_tp()
+            remove_rendezvous(self._rendezvous)
 
     def encode(self, prompt: Prompt, chat: bool) -> list[int]:
         if not isinstance(prompt, str):

@@ -49,9 +49,12 @@ def test_dead_follower_fails_leader_fast(tiny_ckpts) -> None:  # noqa: ANN001
     follower.kill()
     follower.join()
     start = time.monotonic()
-    with pytest.raises(RuntimeError):
-        llm.generate(PROMPTS, SP)
-    assert time.monotonic() - start < 30
+    try:
+        with pytest.raises(RuntimeError):
+            llm.generate(PROMPTS, SP)
+        assert time.monotonic() - start < 30
+    finally:
+        llm.close()
 
 
 def test_invalid_tp_rejected_before_any_process(tiny_ckpts) -> None:  # noqa: ANN001

@@ -10,6 +10,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -152,7 +153,11 @@ class SchedulerLoop:
         send(self.to_api, SchedulerStats(stats, self.integrity_ok, time.time()))
 
     def run_forever(self, parent_pid: int) -> None:
+        dead_follower = getattr(self.scheduler, "dead_follower", lambda: None)
         while os.getppid() == parent_pid:
+            if (dead := dead_follower()) is not None:
+                logger.error("scheduler: %s; exiting", dead)
+                sys.exit(1)
             busy = self.scheduler.has_work
             for msg in self.inbox.receive(0 if busy else _IDLE_POLL_MS):
                 self.handle(msg)
@@ -171,8 +176,8 @@ def create_scheduler(engine: EngineConfig, sched: SchedulerConfig, scheduler_cla
     if engine.tp > 1:
         from radixserve.scheduler.tp_launch import start_followers, start_leader
 
-        init_method, _followers = start_followers(engine, sched)  # daemonic: they end with us
-        return start_leader(engine, sched, init_method)
+        init_method, followers = start_followers(engine, sched)  # daemonic: they end with us
+        return start_leader(engine, sched, init_method, followers)
     return load_scheduler_class(scheduler_class)(engine, sched)
 
 

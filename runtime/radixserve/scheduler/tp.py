@@ -37,9 +37,18 @@ def _apply(sched: Scheduler, cmds: list[list]) -> bool:
 class TPLeader:
     """Rank 0's face: the `Scheduler` interface, plus the broadcast to the followers."""
 
-    def __init__(self, sched: Scheduler) -> None:
+    def __init__(self, sched: Scheduler, followers: list | None = None) -> None:
         self.sched = sched
+        self.followers = followers or []  # multiprocessing.Process of ranks 1..N-1
         self._pending: list[list] = []
+
+    def dead_follower(self) -> str | None:
+        """A line naming the first follower that has died, if any (the leader may be idle and
+        would not notice through a collective)."""
+        for rank, p in enumerate(self.followers, start=1):
+            if not p.is_alive():
+                return f"tensor-parallel rank {rank} (pid {p.pid}) died with exit code {p.exitcode}"
+        return None
 
     def __getattr__(self, name: str):  # noqa: ANN204 - stats, has_work, model_path, ...
         return getattr(self.sched, name)

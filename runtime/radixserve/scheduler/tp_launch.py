@@ -53,11 +53,14 @@ def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_met
     logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"),
                         format=f"[tp{rank}] %(levelname)s %(name)s: %(message)s")
     time.sleep(float(os.environ.get("RADIXSERVE_TP_FOLLOWER_DELAY_S", "0")))  # tests: a late rank
-    follower_loop(Scheduler(join_rank(rank, eng, init_method), sched))
+    sched_r = Scheduler(join_rank(rank, eng, init_method), sched)
+    logging.getLogger(__name__).info("tensor-parallel rank %d ready (pid %d)", rank, os.getpid())
+    follower_loop(sched_r)
 
 
 def start_followers(eng: EngineConfig, sched: SchedulerConfig) -> tuple[str, list[mp.Process]]:
-    """Spawn ranks 1..tp-1; returns the rendezvous address for rank 0 and the processes."""
+    """Spawn ranks 1..tp-1; returns the rendezvous address for rank 0 and the processes. The
+    rendezvous folder is removed at exit (`remove_rendezvous`)."""
     from transformers import AutoConfig
 
     from radixserve.models.default_model import resolve_model_path
@@ -74,10 +77,17 @@ def start_followers(eng: EngineConfig, sched: SchedulerConfig) -> tuple[str, lis
     return init_method, procs
 
 
-def start_leader(eng: EngineConfig, sched: SchedulerConfig, init_method: str):  # noqa: ANN201
+def start_leader(eng: EngineConfig, sched: SchedulerConfig, init_method: str,
+                 followers: list | None = None):  # noqa: ANN201
     from radixserve.models.default_model import resolve_model_path
     from radixserve.scheduler.scheduler import Scheduler
     from radixserve.scheduler.tp import TPLeader
 
     eng = dataclasses.replace(eng, model=str(resolve_model_path(eng.model)))
-    return TPLeader(Scheduler(join_rank(0, eng, init_method), sched))
+    return TPLeader(Scheduler(join_rank(0, eng, init_method), sched), followers)
+
+
+def remove_rendezvous(init_method: str) -> None:
+    import shutil
+
+    shutil.rmtree(os.path.dirname(init_method.removeprefix("file://")), ignore_errors=True)

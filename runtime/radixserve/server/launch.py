@@ -70,12 +70,15 @@ def _wait_for_acks(children: list, ack, timeout: float) -> dict:
     return info
 
 
-def _stop_children(children: list) -> None:
+def _stop_children(children: list, grace_s: float = 5.0) -> None:
+    """SIGTERM every child, then SIGKILL whatever still runs once `grace_s` (shared) has passed."""
     for child in children:
         if child.is_alive():
             child.terminate()
+    deadline = time.monotonic() + grace_s
     for child in children:
-        child.join(timeout=5)
+        child.join(timeout=max(0.0, deadline - time.monotonic()))
+    for child in children:
         if child.is_alive():
             child.kill()
             child.join(timeout=5)

@@ -1,0 +1,43 @@
+"""A `--tp 2` server (gloo on CPU) gives the TP=1 greedy tokens; killing rank 1 takes it down."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from radixserve import LLM, SamplingParams
+from tests.runtime.helpers import random_prompts
+from tests.server.server_process import ServerProcess
+
+PROMPTS = random_prompts(4, [3, 40, 9, 120], 300, seed=21)
+
+
+@pytest.fixture
+def tp_server(tiny_model, tmp_path):  # noqa: ANN001, ANN201
+    srv = ServerProcess(tiny_model, tmp_path / "server.log", "--tp", "2", "--max-prefill-length", "32")
+    srv.wait_ready()
+    yield srv
+    srv.stop()
+
+
+def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:  # noqa: ANN001
+    ref = LLM(str(tiny_model), dtype="float32", device="cpu").generate(
+        PROMPTS, SamplingParams(max_tokens=10, ignore_eos=True))
+    for p, want in zip(PROMPTS, ref):
+        body = {"input_ids": p, "sampling_params": {"max_tokens": 10, "ignore_eos": True}}
+        got = httpx.post(f"{tp_server.base}/generate", json=body, timeout=60).json()
+        assert got["output_ids"] == want.token_ids
+
+
+def test_killing_rank1_exits_server_nonzero(tp_server) -> None:  # noqa: ANN001
+    m = re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", tp_server.log())
+    assert m, "rank 1 logs its pid"
+    os.kill(int(m.group(1)), signal.SIGKILL)
+    t0 = time.monotonic()
+    code = tp_server.proc.wait(timeout=30)
+    assert code != 0 and time.monotonic() - t0 < 30
+    assert re.search(r"tensor-parallel rank 1 \(pid \d+\) died", tp_server.log())
