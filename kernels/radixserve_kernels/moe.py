@@ -42,7 +42,10 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     num_pairs = flat.numel()
     cap = num_pairs + num_experts * (block_m - 1)
     cap = cdiv(cap, block_m) * block_m
-    counts = torch.bincount(flat, minlength=num_experts)
+    # NOTE: not torch.bincount, which reads the ids' min and max on the host under CUDA (a sync
+    # that breaks CUDA-graph capture)
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     starts = ends - padded

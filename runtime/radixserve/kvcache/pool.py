@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from radixserve.utils import kernel_path
+from radixserve_kernels import store_kv, store_kv_ref
+
 
 class MHAKVPool:
     """K and V for MHA/GQA models, `[num_slots + page_size, num_kv_heads, head_dim]` per layer.
@@ -45,8 +48,8 @@ class MHAKVPool:
         self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
     ) -> None:
         """Write k/v `[T, Hkv, D]` to rows `out_loc` `[T]` of layer `layer_id` (no host sync)."""
-        self._kv[0, layer_id][out_loc] = k
-        self._kv[1, layer_id][out_loc] = v
+        fn = store_kv if kernel_path.use_triton(k) else store_kv_ref
+        fn(self._kv[0, layer_id], self._kv[1, layer_id], k, v, out_loc)
 
     @property
     def num_layers(self) -> int:

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from radixserve.utils import kernel_path
+from radixserve_kernels import silu_and_mul, silu_and_mul_ref
 
 
 class SiluAndMul(nn.Module):
     """x = [gate, up] along the last dim -> silu(gate) * up."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return (silu_and_mul if kernel_path.use_triton(x) else silu_and_mul_ref)(x)

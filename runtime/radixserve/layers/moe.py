@@ -13,12 +13,16 @@ from torch import nn
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.layers.linear import ReplicatedLinear
 from radixserve.layers.utils import copy_shard, divide, new_param
+from radixserve.utils import kernel_path
 from radixserve.utils.registry import Registry
+from radixserve_kernels import fused_moe, topk_softmax, topk_softmax_ref
 
 FusedMoEFn = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
 ]
 MOE_BACKENDS: Registry[FusedMoEFn] = Registry("MoE backend")
+# grouped GEMMs over expert-sorted (token, expert) pairs; CUDA graph capturable, unlike "torch"
+MOE_BACKENDS.register("triton")(fused_moe)
 
 
 @MOE_BACKENDS.register("torch")
@@ -30,7 +34,8 @@ def torch_fused_moe(
     topk_ids: torch.Tensor,
 ) -> torch.Tensor:
     """x [T, H], topk_weights/topk_ids [T, k] -> sum_j topk_weights[t, j] * expert_{ids[t, j]}(x[t]).
-    Tokens are grouped by expert so each expert runs one matmul pair."""
+    Tokens are grouped by expert so each expert runs one matmul pair (the counts go through the
+    host: not CUDA-graph capturable)."""
     k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()
     order = flat_ids.argsort(stable=True)
@@ -51,11 +56,10 @@ def torch_fused_moe(
 def select_experts(
     router_logits: torch.Tensor, top_k: int, norm_topk_prob: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(topk_weights [T, k] in the logits' dtype, topk_ids [T, k]) as transformers routes."""
-    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    if norm_topk_prob:
-        weights /= weights.sum(dim=-1, keepdim=True)
+    """(topk_weights [T, k] in the logits' dtype, topk_ids [T, k] int32) as transformers routes:
+    softmax in float32, top-k, optional renormalisation."""
+    fn = topk_softmax if kernel_path.use_triton(router_logits) else topk_softmax_ref
+    weights, ids = fn(router_logits, top_k, norm_topk_prob)
     return weights.to(router_logits.dtype), ids
 
 
@@ -105,4 +109,4 @@ class SparseMoeBlock(nn.Module):
 
     @staticmethod
     def _backend(x: torch.Tensor) -> str:
-        return "triton" if x.is_cuda and "triton" in MOE_BACKENDS else "torch"
+        return "triton" if kernel_path.use_triton(x) else "torch"

@@ -1,5 +1,5 @@
 """RMSNorm as transformers computes it (in float32, weight applied in the input dtype), with the
-residual add fused into the call so a kernel can replace both at once."""
+residual add fused into the call; on CUDA one Triton kernel does both."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ import torch
 from torch import nn
 
 from radixserve.layers.utils import check_shape, new_param
+from radixserve.utils import kernel_path
+from radixserve_kernels import (
+    fused_add_rms_norm,
+    fused_add_rms_norm_ref,
+    rms_norm,
+    rms_norm_ref,
+)
 
 
 class RMSNorm(nn.Module):
@@ -18,16 +25,13 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Without `residual`: norm(x). With it: (norm(x + residual), x + residual)."""
+        """Without `residual`: norm(x). With it: (norm(x + residual), x + residual). x may be a
+        strided [T, H, D] view (per-head norms of a fused QKV)."""
+        triton = kernel_path.use_triton(x)
         if residual is None:
-            return self._norm(x)
-        x = x + residual
-        return self._norm(x), x
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+            return (rms_norm if triton else rms_norm_ref)(x, self.weight, self.eps)
+        fn = fused_add_rms_norm if triton else fused_add_rms_norm_ref
+        return fn(x, residual, self.weight, self.eps)
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None

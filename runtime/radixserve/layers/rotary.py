@@ -1,6 +1,7 @@
 """Rotary position embedding, rotate-half (neox) style as in transformers' Llama and Qwen. The
 inverse frequencies come from transformers' own `ROPE_INIT_FUNCTIONS`, so `llama3`, `linear`,
-`yarn`… match the library; cos/sin are cached for every position up to the maximum."""
+`yarn`… match the library; cos/sin are cached for every position up to the maximum (built by the
+kernel package's helper, the layout its Triton kernel reads on CUDA)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from radixserve.utils import kernel_path
+from radixserve_kernels import apply_rotary, apply_rotary_ref, build_cos_sin_cache
 
 # These change frequencies with the running sequence length; a fixed cache cannot express them.
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -60,33 +64,33 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, hf_config: Any, head_dim: int, max_positions: int) -> None:
         super().__init__()
         self.hf_config, self.head_dim, self.max_positions = hf_config, head_dim, max_positions
+        # [position, cos | sin] in float32, the layout the Triton kernel reads
         self.register_buffer(
-            "cos", torch.empty(max_positions, head_dim // 2, dtype=torch.float32), persistent=False
+            "cos_sin_cache",
+            torch.empty(max_positions, head_dim, dtype=torch.float32),
+            persistent=False,
         )
-        self.register_buffer(
-            "sin", torch.empty(max_positions, head_dim // 2, dtype=torch.float32), persistent=False
-        )
-        if self.cos.device.type != "meta":
+        if self.cos_sin_cache.device.type != "meta":
             self.on_materialized()
+
+    @property
+    def cos(self) -> torch.Tensor:
+        return self.cos_sin_cache[:, : self.head_dim // 2]
+
+    @property
+    def sin(self) -> torch.Tensor:
+        return self.cos_sin_cache[:, self.head_dim // 2 :]
 
     def on_materialized(self) -> None:
         """Fill the cache; the loader calls this after `to_empty`, which leaves buffers garbage."""
         inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim)
-        pos = torch.arange(self.max_positions, dtype=torch.float32)
-        freqs = pos[:, None] * inv_freq[None, :]
-        self.cos.copy_(freqs.cos() * scaling)
-        self.sin.copy_(freqs.sin() * scaling)
+        self.cos_sin_cache.copy_(build_cos_sin_cache(inv_freq, self.max_positions, scaling))
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, Hq*D], k [T, Hk*D] -> rotated q, k (same shapes)."""
-        cos = self.cos[positions].to(q.dtype)[:, None, :]
-        sin = self.sin[positions].to(q.dtype)[:, None, :]
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        t = x.shape[0]
-        x = x.view(t, -1, self.head_dim)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(t, -1)
+        """positions [T]; q [T, Hq*D], k [T, Hk*D] (last dim contiguous) -> rotated q, k."""
+        (t, qw), kw, d = q.shape, k.shape[1], self.head_dim
+        fn = apply_rotary if kernel_path.use_triton(q) else apply_rotary_ref
+        q, k = fn(q.view(t, qw // d, d), k.view(t, kw // d, d), positions, self.cos_sin_cache)
+        return q.view(t, qw), k.view(t, kw)
