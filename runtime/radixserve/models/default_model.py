@@ -115,8 +115,9 @@ def _download(repo_id: str) -> Path:
     from huggingface_hub.errors import HFValidationError
 
     patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
+    revision = os.environ.get("RADIXSERVE_MODEL_REVISION") or None  # set by the operator
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except HFValidationError as e:
         raise ValueError(
             f"model {repo_id!r} is neither a local directory nor a valid Hugging Face id"

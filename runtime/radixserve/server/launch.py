@@ -22,18 +22,13 @@ from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_proces
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
+from radixserve.models.default_model import resolve_model_path
 from radixserve.server.state import ServerState
 from radixserve.tokenizer.worker import run_tokenizer_process
 
 logger = logging.getLogger("radixserve.server")
 _DEATH_TO_EXIT_S = 1.0  # keep answering /health with 503 this long before stopping
 _EXIT_BACKSTOP_S = 5.0
-
-
-def resolve_model_path(model: str | None) -> str:
-    from radixserve.models.default_model import resolve_model_path as resolve
-
-    return str(resolve(model))
 
 
 def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack, scheduler_class: str) -> list:
@@ -109,7 +104,7 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER) -> int:
     level = os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _raise_exit)  # during startup: clean up, then leave
-    model_path = resolve_model_path(cfg.engine.model)
+    model_path = str(resolve_model_path(cfg.engine.model))
     addrs = IpcAddresses.create()
     logger.info("ipc sockets in %s", addrs.root)
     ack = mp.get_context("spawn").Queue()
