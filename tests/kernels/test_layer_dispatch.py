@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tests.kernels.kernel_cases import interpreter_only
 from tests.models.helpers import our_logits
 
@@ -37,8 +36,8 @@ def kernels_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter]
 
     calls: collections.Counter = collections.Counter()
 
-    def counted(name: str, fn):  # noqa: ANN001, ANN202
-        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counted(name: str, fn):
+        def wrapper(*args, **kwargs):
             calls[name] += 1
             return fn(*args, **kwargs)
 
@@ -66,7 +65,7 @@ def test_cpu_tensors_take_the_torch_path_even_when_interpreting() -> None:
 
 
 @pytest.mark.parametrize("arch", ["llama3", "qwen3", "qwen3_moe"])
-def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> None:  # noqa: ANN001
+def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> None:
     from radixserve.models.loader import load_model
 
     model, _ = load_model(ckpts[arch], torch.float32, "cpu")
@@ -82,7 +81,7 @@ def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> 
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:  # noqa: ANN001
+def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:
     from radixserve.kvcache.pool import MHAKVPool
 
     gen = torch.Generator().manual_seed(0)
@@ -97,7 +96,7 @@ def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:  #
     assert pools[0].k_cache(0).abs().sum() == 0  # other layers untouched
 
 
-def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:  # noqa: ANN001
+def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
     """The whole engine on CPU (torch attention backend, so KV goes through `pool.store_kv`),
     prefill in chunks then decode: the same tokens with the kernels as without."""
     from radixserve import LLM, SamplingParams

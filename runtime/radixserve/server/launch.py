@@ -80,10 +80,12 @@ def _stop_children(children: list, grace_s: float = 5.0) -> None:
 
 
 def _supervise(children: list, state: ServerState, server: uvicorn.Server) -> None:
-    wait([c.sentinel for c in children])
+    ready = wait([c.sentinel for c in children])
     if state.shutting_down:
         return
-    dead = next(c for c in children if not c.is_alive())
+    # NOTE: the sentinel fires as the child exits, a moment before is_alive() turns False
+    dead = next(c for c in children if c.sentinel in ready)
+    dead.join(timeout=1.0)
     logger.error("child process %s (pid %s) died with exit code %s; shutting down", dead.name, dead.pid, dead.exitcode)
     state.dead_child = f"{dead.name} (exit code {dead.exitcode})"
     if state.loop is not None:

@@ -1,0 +1,86 @@
+"""Shared pieces of the GPU tier: the backends to sweep, transformers references on any device,
+and a prefill through the engine that returns every position's logits."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_FLASHINFER = importlib.util.find_spec("flashinfer") is not None
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+_NO_FLASHINFER = pytest.mark.skipif(not HAS_FLASHINFER, reason="flashinfer not installed")
+BACKENDS = ["torch", "triton", pytest.param("flashinfer", marks=_NO_FLASHINFER)]
+GRAPH_BACKENDS = ["triton", pytest.param("flashinfer", marks=_NO_FLASHINFER)]
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|."""
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+def _hf_model(path: Path, dtype: torch.dtype, device: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+
+
+@torch.inference_mode()
+def hf_greedy(path: Path, prompts: list[list[int]], max_new: int, dtype: torch.dtype,
+              device: str) -> list[list[int]]:
+    """transformers `generate`, one prompt at a time (no padding), EOS ignored."""
+    model, outs = _hf_model(path, dtype, device), []
+    for p in prompts:
+        ids = torch.tensor([p], device=device)
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                             eos_token_id=None, do_sample=False, pad_token_id=0)
+        outs.append(gen[0, len(p):].tolist())
+    return outs
+
+
+@torch.inference_mode()
+def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
+              device: str) -> list[torch.Tensor]:
+    model = _hf_model(path, dtype, device)
+    return [model(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
+
+
+@torch.inference_mode()
+def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
+    """Every position's float32 logits of one prefill batch holding all `prompts`, through the
+    engine's attention backend and KV pool (each prompt on its own row and fresh pages)."""
+    from radixserve.engine.batch import Batch
+
+    dev, page = engine.device, engine.page_size
+    lens = [len(p) for p in prompts]
+    rows, slots, base = [], [], 0
+    for n in lens:
+        row = engine.table.alloc_row()
+        s = torch.arange(base, base + n, device=dev)
+        engine.table.page_table[row, :n] = s.to(torch.int32)
+        rows.append(row)
+        slots.append(s)
+        base += -(-n // page) * page
+    batch = Batch(
+        "prefill", torch.tensor([t for p in prompts for t in p], device=dev),
+        torch.cat([torch.arange(n, device=dev) for n in lens]), torch.cat(slots),
+        torch.tensor(rows, device=dev), torch.tensor(lens, dtype=torch.int32, device=dev),
+        torch.tensor(lens, dtype=torch.int32, device=dev), list(lens), list(lens),
+    )
+    hidden = engine.forward_hidden(batch)
+    return list(engine.model.compute_logits(hidden).float().split(lens))
+
+
+def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
+             **llm_kwargs: object) -> list[list[int]]:
+    """Greedy tokens (EOS ignored) from a fresh `LLM`; the scheduler's books must balance after."""
+    from radixserve import LLM, SamplingParams
+
+    counts = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+    params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in counts]
+    llm = LLM(str(path), **llm_kwargs)
+    out = [r.token_ids for r in llm.generate(prompts, params)]
+    llm.scheduler.check_integrity()
+    assert llm.scheduler.stats()["running"] == 0
+    return out
