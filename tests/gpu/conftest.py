@@ -24,6 +24,16 @@ def tiny_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_ckpts_hd64(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny checkpoints with head_dim 64: FlashInfer's kernels serve 64/128/256 (16 may not
+    compile), and 64 exercises the Triton kernels' real tile sizes."""
+    from radixserve.testing import ARCHS, write_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("gpu_ckpt_hd64")
+    return {a: write_tiny_checkpoint(a, root / a, head_dim=64) for a in ARCHS}
+
+
+@pytest.fixture(scope="session")
 def realistic_qwen3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from safetensors.torch import load_file, save_file

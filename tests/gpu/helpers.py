@@ -73,13 +73,16 @@ def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
 
 
 def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
-             **llm_kwargs: object) -> list[list[int]]:
-    """Greedy tokens (EOS ignored) from a fresh `LLM`; the scheduler's books must balance after."""
+             graphs: bool | None = None, **llm_kwargs: object) -> list[list[int]]:
+    """Greedy tokens (EOS ignored) from a fresh `LLM` (which captured decode CUDA graphs iff
+    `graphs`, when given); the scheduler's books must balance after."""
     from radixserve import LLM, SamplingParams
 
     counts = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in counts]
     llm = LLM(str(path), **llm_kwargs)
+    if graphs is not None:
+        assert (llm.scheduler.engine.graph_runner is not None) == graphs
     out = [r.token_ids for r in llm.generate(prompts, params)]
     llm.scheduler.check_integrity()
     assert llm.scheduler.stats()["running"] == 0

@@ -27,7 +27,8 @@ def test_graphs_on_and_off_give_same_tokens_fp32_padded(tiny_ckpts, attn) -> Non
     max_tokens = [20, 3, 9, 14, 1, 20, 6, 17, 2, 11, 8]  # decode sizes 11 down to 1: padded
     runs = [
         generate(tiny_ckpts[MOE], prompts, max_tokens, dtype="float32", device="cuda",
-                 attn=attn, page_size=16, max_running_requests=16, cuda_graph_max_bs=bs)
+                 graphs=bs != 0, attn=attn, page_size=16, max_running_requests=16,
+                 cuda_graph_max_bs=bs)
         for bs in (None, 0)
     ]
     assert [len(t) for t in runs[0]] == max_tokens
@@ -37,8 +38,8 @@ def test_graphs_on_and_off_give_same_tokens_fp32_padded(tiny_ckpts, attn) -> Non
 def test_graphs_on_and_off_bit_identical_bf16_triton(tiny_ckpts) -> None:
     prompts = random_prompts(8, [40], 300, seed=6)  # one prefill, then decode at bs 8 throughout
     runs = [
-        generate(tiny_ckpts[MOE], prompts, 24, dtype="bfloat16", device="cuda", attn="triton",
-                 page_size=16, max_running_requests=8, cuda_graph_max_bs=bs)
+        generate(tiny_ckpts[MOE], prompts, 24, dtype="bfloat16", device="cuda", graphs=bs != 0,
+                 attn="triton", page_size=16, max_running_requests=8, cuda_graph_max_bs=bs)
         for bs in (8, 0)
     ]
     assert runs[0] == runs[1]

@@ -59,3 +59,25 @@ def test_shell_ctrl_c_at_the_prompt_keeps_it_and_ctrl_d_exits(tiny_model) -> Non
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
+    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
+    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
+                                           "--device", "cpu", "--max-tokens", "1000"], env=env, timeout=120)
+    try:
+        child.expect("you> ")
+        child.sendline("tell me a long story")
+        time.sleep(1.0)  # the reply is streaming now: 1000 tokens take far longer
+        child.sendintr()
+        child.expect(TURN)
+        prompt, generated, reason = child.match.groups()
+        assert reason == b"cancelled" and int(generated) < 1000
+        _turn_any = child.expect("you> ")  # the shell is still there and answers again
+        child.sendline("/exit")
+        child.expect("bye")
+        child.expect(pexpect.EOF)
+        assert _turn_any == 0
+    finally:
+        child.close()
+    assert child.exitstatus == 0

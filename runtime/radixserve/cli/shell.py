@@ -40,8 +40,12 @@ class ChatShell:
         chat = system + self.history + [{"role": "user", "content": text}]
         ids = self.tokenize.tokenize(TokenizeMsg(0, self.params, chat=chat))
         uid = next(self.uids)
+        room = self.scheduler.max_seq_len - len(ids)  # a long history leaves less room to reply
         try:
-            self.scheduler.add_request(uid, ids, dataclasses.replace(self.params))
+            if room < 1:
+                raise ValueError(f"the conversation ({len(ids)} tokens) fills the context; /reset it")
+            params = dataclasses.replace(self.params, max_tokens=min(self.params.max_tokens, room))
+            self.scheduler.add_request(uid, ids, params)
         except ValueError as e:
             out.write(f"[error: {e}]\n")
             return
@@ -78,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from radixserve.scheduler.scheduler import Scheduler
-    from radixserve.server.launch import resolve_model_path
+    from radixserve.models.default_model import resolve_model_path
 
     engine, sched = configs_from_args(args)
-    model_path = resolve_model_path(engine.model)
+    model_path = str(resolve_model_path(engine.model))
     print(f"loading {engine.model or model_path} …", flush=True)
     scheduler = Scheduler(dataclasses.replace(engine, model=model_path), sched)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
