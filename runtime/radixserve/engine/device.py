@@ -6,7 +6,7 @@ import torch
 def resolve_device(spec: str) -> torch.device:
     """`auto` picks CUDA when present; an explicit CUDA request on a machine without one fails."""
     if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(spec)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {spec!r} requested but CUDA is not available")
