@@ -24,8 +24,7 @@ def logits_reference(tiny_ckpts_hd64):
     for seed, (arch, path) in enumerate(tiny_ckpts_hd64.items()):
         vocab = AutoConfig.from_pretrained(path).vocab_size
         prompts = random_prompts(4, [5, 37, 130, 300], vocab, seed=seed)
-        out[arch] = (prompts, hf_logits(path, prompts, torch.bfloat16, "cuda"),
-                     hf_logits(path, prompts, torch.float32, "cuda"))
+        out[arch] = (prompts, hf_logits(path, prompts, torch.bfloat16, "cuda"))
     return out
 
 
@@ -40,26 +39,30 @@ def greedy_reference(realistic_qwen3):
 
 @pytest.mark.parametrize("attn", BACKENDS)
 def test_bf16_prefill_logits_close_to_transformers(
-    tiny_ckpts_hd64, logits_reference, attn
+    tiny_ckpts_hd64, logits_reference, attn, monkeypatch
 ) -> None:
     from radixserve.config import EngineConfig
     from radixserve.engine.engine import Engine
+    from radixserve.utils import kernel_path
 
     for arch, path in tiny_ckpts_hd64.items():
+        if arch == "qwen3_moe":
+            # NOTE: a tiny random MoE flips expert choices on bf16 router near-ties: transformers'
+            # own bf16 sits 20-44% from its fp32 there (measured on the H200), so a 2e-2 bound is
+            # only meaningful with the same rounding steps: the layers' torch path, which must
+            # then match transformers bf16. The Triton MoE kernels are held to exact fp32 parity
+            # (test_parity_fp32.py) and to their references (tests/kernels).
+            monkeypatch.setattr(kernel_path, "use_triton", lambda t: False)
         engine = Engine(EngineConfig(model=str(path), dtype="bfloat16", device="cuda", attn=attn,
                                      page_size=16, cuda_graph_max_bs=0), max_running_requests=4)
         assert engine.dtype == torch.bfloat16
-        prompts, ref16, ref32 = logits_reference[arch]
-        for i, (got, want, exact) in enumerate(zip(prefill_logits(engine, prompts), ref16, ref32)):
+        prompts, ref = logits_reference[arch]
+        for i, (got, want) in enumerate(zip(prefill_logits(engine, prompts), ref)):
             assert got.shape == want.shape
             err = rel_err(got, want)
-            # NOTE: a tiny random MoE flips expert choices on bf16 router near-ties, so transformers'
-            # own bf16 can sit 30-40% from its fp32 (measured on the H200). Then we must be no
-            # farther from the fp32 answer than transformers' bf16 is, plus the tolerance.
-            hf_own = rel_err(want, exact)
-            ok = err <= REL_TOL or rel_err(got, exact) <= hf_own + REL_TOL
-            assert ok, f"{arch} prompt {i} ({len(prompts[i])} tokens): {err:.4f} (hf bf16 vs fp32 {hf_own:.4f})"
+            assert err <= REL_TOL, f"{arch} prompt {i} ({len(prompts[i])} tokens): {err:.4f}"
         del engine
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("attn", BACKENDS)

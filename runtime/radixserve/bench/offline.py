@@ -2,6 +2,7 @@
 against transformers and with features ablated, all in one command."""
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -26,14 +27,24 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> 
     return time.perf_counter() - start, produced
 
 
-def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> float:  # noqa: ANN001
-    """Build a scheduler, warm it on the first `warmup` requests, then time the whole workload."""
+def describe(sched: Scheduler) -> str:
+    eng = sched.engine
+    return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, attn {type(eng.attn_backend).__name__}, "
+            f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
+            f"cache {sched.cfg.cache}, page {eng.page_size}")
+
+
+def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> tuple[float, str]:  # noqa: ANN001
+    """Build a scheduler, warm it on the first `warmup` requests, then time the whole workload:
+    (output tokens/s, what ran)."""
     sched = sched_factory()
     if warmup:
         run_scheduler(sched, reqs[:warmup], uid0=10**9)
     secs, toks = run_scheduler(sched, reqs)
     assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
+    desc = describe(sched)
     del sched
+    gc.collect()  # the engine and its graph runner refer to each other
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return toks / secs
+    return toks / secs, desc

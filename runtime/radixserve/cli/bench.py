@@ -110,22 +110,24 @@ def run_offline(args: argparse.Namespace) -> int:
     in_rng = tuple(args.input_len or ((100, 1024) if big else (32, 256)))
     out_rng = tuple(args.output_len or ((100, 1024) if big else (64, 64)))
 
-    sched = Scheduler(eng, sch)
-    reqs = random_workload(n, in_rng, out_rng, sched.vocab_size, seed=0)
-    dev, dtype, path = sched.device, sched.engine.dtype, sched.model_path
+    from transformers import AutoConfig
+
+    from radixserve.models.default_model import resolve_model_path
+
+    path = resolve_model_path(eng.model)
+    reqs = random_workload(n, in_rng, out_rng, AutoConfig.from_pretrained(path).vocab_size, seed=0)
     print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
-          f"model {args.model_preset or path} on {dev} ({dtype}), attention {type(sched.engine.attn_backend).__name__}")
-    del sched
+          f"model {args.model_preset or path}")
 
     def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:  # noqa: ANN001
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         try:
-            tps = bench_config(lambda: Scheduler(e, s), reqs, args.warmup)
+            tps, desc = bench_config(lambda: Scheduler(e, s), reqs, args.warmup)
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        print(f"{label:<28} {tps:>10.1f} output tok/s")
+        print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]")
         return tps
 
     ours = run("radixserve")
@@ -138,6 +140,11 @@ def run_offline(args: argparse.Namespace) -> int:
             tps = run(label, **kw)
             print(f"{'':<28} {100 * (ours - tps) / tps:>+9.1f}% from the feature")
     if args.baseline == "transformers":
+        from radixserve.engine.device import resolve_device
+        from radixserve.models.loader import resolve_dtype
+
+        dev = resolve_device(eng.device)
+        dtype = resolve_dtype(eng.dtype, AutoConfig.from_pretrained(path), dev)
         model = load_hf_model(path, dtype, dev, args.dummy_weights)
         pad = model.config.pad_token_id or 0
         secs, toks = run_transformers(model, reqs, args.baseline_batch_size, pad)

@@ -141,10 +141,14 @@ class Scheduler:
         logits = self.engine.forward(batch)
         res = self.sampler.sample(logits, [r for r, _ in items])
         if emits:  # the sampled token is the next step's input: it stays on the device
-            rows = to_device([items[i][0].row for i in emits], self.device)
-            cols = to_device([min(items[i][0].kv_len, self.table.max_seq_len - 1) for i in emits], self.device)
-            idx = to_device(emits, self.device)
-            self.table.token_pool[rows, cols] = res.tokens[idx]
+            cap = self.table.max_seq_len - 1  # a request that rides along past its end (overlap)
+            if len(emits) == len(items):
+                rows, cols, toks = batch.req_rows, batch.seq_lens.long().clamp(max=cap), res.tokens
+            else:
+                rows = to_device([items[i][0].row for i in emits], self.device)
+                cols = to_device([min(items[i][0].kv_len, cap) for i in emits], self.device)
+                toks = res.tokens[to_device(emits, self.device)]
+            self.table.token_pool[rows, cols] = toks
         host, event = copy_to_host(res)
         return InFlight(items, emits, host, event)
 
