@@ -56,6 +56,9 @@ class CudaGraphRunner:
         for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its pool
             batch = self._static_batch(bs, [1] * bs)
             backend.prepare_for_capture(batch)
+            # NOTE: the buffers were filled on the current stream; without this the warm-up may
+            # read recycled memory (seen as an out-of-bounds gather in a second engine)
+            stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: kernel JIT/autotune outside the capture
                 self._run_model(batch)
             stream.synchronize()
@@ -64,6 +67,7 @@ class CudaGraphRunner:
                 out = self._run_model(batch)
             pool = graph.pool()
             self.graphs[bs] = (graph, out)
+        torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
 
