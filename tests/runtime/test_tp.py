@@ -62,3 +62,9 @@ def test_invalid_tp_rejected_before_any_process(tiny_ckpts) -> None:  # noqa: AN
         LLM(str(tiny_ckpts["llama"]), tp=3, dtype="float32", device="cpu")
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("radixserve-tp")]
 
+
+
+def test_embedded_model_cannot_split_in_two_and_says_why() -> None:
+    # SmolLM2-135M has 9 attention heads and 3 KV heads: TP=3 is its only split
+    with pytest.raises(ValueError, match="9 attention heads"):
+        LLM(None, tp=2, dtype="float32", device="cpu")

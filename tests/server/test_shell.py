@@ -11,6 +11,13 @@ import pexpect
 TURN = re.compile(rb"\[(\d+) prompt tokens, (\d+) generated, (\w+)\]")
 
 
+def _spawn_shell(model, max_tokens: int) -> pexpect.spawn:  # noqa: ANN001
+    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
+    return pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(model),
+                                          "--device", "cpu", "--max-tokens", str(max_tokens)],
+                         env=env, timeout=120)
+
+
 def _turn(child: pexpect.spawn, text: str) -> tuple[int, int]:
     child.expect("you> ")
     child.sendline(text)
@@ -21,9 +28,7 @@ def _turn(child: pexpect.spawn, text: str) -> tuple[int, int]:
 
 
 def test_shell_keeps_history_resets_and_exits(tiny_model) -> None:
-    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
-    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
-                                           "--device", "cpu", "--max-tokens", "6"], env=env, timeout=120)
+    child = _spawn_shell(tiny_model, 6)
     try:
         first, _ = _turn(child, "hello there")
         second, _ = _turn(child, "hello there")
@@ -43,9 +48,7 @@ def test_shell_keeps_history_resets_and_exits(tiny_model) -> None:
 
 
 def test_shell_ctrl_c_at_the_prompt_keeps_it_and_ctrl_d_exits(tiny_model) -> None:
-    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
-    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
-                                           "--device", "cpu", "--max-tokens", "4"], env=env, timeout=120)
+    child = _spawn_shell(tiny_model, 4)
     try:
         child.expect("you> ")
         time.sleep(0.5)  # let prompt_toolkit enter raw mode, or the tty eats the control key
@@ -62,9 +65,7 @@ def test_shell_ctrl_c_at_the_prompt_keeps_it_and_ctrl_d_exits(tiny_model) -> Non
 
 
 def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
-    env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
-    child = pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(tiny_model),
-                                           "--device", "cpu", "--max-tokens", "1000"], env=env, timeout=120)
+    child = _spawn_shell(tiny_model, 1000)
     try:
         child.expect("you> ")
         child.sendline("tell me a long story")

@@ -4,6 +4,8 @@ summed across ranks; logits are gathered back to the full vocabulary."""
 
 from __future__ import annotations
 
+from radixserve.models.lazy_weight import materialize
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,7 +41,7 @@ class VocabParallelEmbedding(nn.Module):
                 f"({self.num_embeddings}, {param.shape[1]})"
             )
         n = self.end - self.start
-        param.data[:n].copy_(full[self.start : self.end])
+        param.data[:n].copy_(materialize(full[self.start : self.end]))
         param.data[n:].zero_()
 
 

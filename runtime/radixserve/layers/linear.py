@@ -3,6 +3,8 @@ with an all-reduce), and the fused column-parallel QKV and gate+up projections."
 
 from __future__ import annotations
 
+from radixserve.models.lazy_weight import materialize
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,7 +33,7 @@ class ReplicatedLinear(_Linear):
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
     ) -> None:
         check_shape(param, full)
-        param.data.copy_(full)
+        param.data.copy_(materialize(full))
 
 
 class ColumnParallelLinear(_Linear):
@@ -66,7 +68,7 @@ class RowParallelLinear(_Linear):
     ) -> None:
         if param.dim() == 1:  # bias
             check_shape(param, full)
-            param.data.copy_(full)
+            param.data.copy_(materialize(full))
         else:
             copy_shard(param.data, full, 1, self.tp.rank, param.shape[1])
 

@@ -3,6 +3,8 @@ residual add fused into the call; on CUDA one Triton kernel does both."""
 
 from __future__ import annotations
 
+from radixserve.models.lazy_weight import materialize
+
 import torch
 from torch import nn
 
@@ -37,4 +39,4 @@ class RMSNorm(nn.Module):
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
     ) -> None:
         check_shape(param, full)
-        param.data.copy_(full)
+        param.data.copy_(materialize(full))

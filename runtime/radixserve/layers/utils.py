@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from radixserve.models.lazy_weight import materialize
+
 
 def new_param(*shape: int) -> nn.Parameter:
     """An uninitialised inference parameter on the ambient default device and dtype (the loader
@@ -26,7 +28,7 @@ def copy_shard(dst: torch.Tensor, full: torch.Tensor, dim: int, index: int, size
         raise ValueError(
             f"weight shard shape {tuple(src.shape)} does not fit parameter {tuple(dst.shape)}"
         )
-    dst.copy_(src)
+    dst.copy_(materialize(src))
 
 
 def check_shape(param: torch.Tensor, full: torch.Tensor) -> None:

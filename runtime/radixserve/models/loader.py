@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from radixserve.models.base import BaseCausalLM
+from radixserve.models.lazy_weight import LazyWeight
 from radixserve.models.registry import get_model_class
 
 logger = logging.getLogger(__name__)
@@ -57,14 +58,16 @@ def safetensors_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, CPU tensor) for every tensor of the checkpoint, read lazily one at a time."""
+def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, LazyWeight]]:
+    """(name, lazy tensor) for every tensor of the checkpoint: a layer's weight loader reads only
+    the block it keeps (its tensor-parallel shard) when it copies it."""
     from safetensors import safe_open
 
     for path in safetensors_files(model_dir):
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                yield name, f.get_tensor(name)
+                sl = f.get_slice(name)
+                yield name, LazyWeight(sl, tuple(sl.get_shape()))
 
 
 def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) -> BaseCausalLM:
