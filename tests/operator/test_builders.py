@@ -422,3 +422,18 @@ def test_schema_validation_is_not_vacuous(make_body, fetch, validate_k8s) -> Non
     _container(deployment)["startupProbe"]["httpGet"]["port"] = ["http"]
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_k8s(deployment)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pod_args_parse_with_the_runtime_cli(case: str, make_body, fetch) -> None:
+    """The operator and the runtime agree on flags: radixserve's own parser accepts every command
+    the operator writes (argparse exits on an unknown flag or a bad value)."""
+    import argparse
+
+    from radixserve.cli import serve as serve_cli
+
+    _, deployment, _ = _build(make_body, fetch, CASES[case][0])
+    parser = argparse.ArgumentParser(prog="radixserve")
+    serve_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(_container(deployment)["args"])
+    assert args.command == "serve" and args.host == "0.0.0.0" and args.port == 8000
