@@ -69,8 +69,9 @@ def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
     try:
         child.expect("you> ")
         child.sendline("tell me a long story")
-        time.sleep(1.0)  # the reply is streaming now: 1000 tokens take far longer
-        child.sendintr()
+        child.expect("tell me a long story")  # the echo of our line
+        child.read_nonblocking(1, timeout=60)  # the reply has started streaming …
+        child.sendintr()  # … and is cut long before its ~1000 tokens
         child.expect(TURN)
         prompt, generated, reason = child.match.groups()
         assert reason == b"cancelled" and int(generated) < 1000

@@ -35,7 +35,16 @@ class ChatShell:
         self.cancelled = True
 
     def turn(self, text: str, out=sys.stdout) -> None:
-        """Answer one user message, streaming the reply to `out`; keeps both in the history."""
+        """Answer one user message, streaming the reply to `out`; keeps both in the history.
+        Ctrl-C anywhere in the turn cancels it (checked between scheduler steps)."""
+        self.cancelled = False
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._turn(text, out)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _turn(self, text: str, out) -> None:  # noqa: ANN001
         system = [{"role": "system", "content": self.system}] if self.system else []
         chat = system + self.history + [{"role": "user", "content": text}]
         ids = self.tokenize.tokenize(TokenizeMsg(0, self.params, chat=chat))
@@ -51,28 +60,23 @@ class ChatShell:
             return
         self.detok.start(uid, self.params.stop, False)
         reply, generated, reason = "", 0, None
-        self.cancelled = False
-        previous = signal.signal(signal.SIGINT, self._on_sigint)
-        try:
-            while reason is None:
-                if self.cancelled:  # checked between steps, so the scheduler is never torn mid-step
+        while reason is None:
+            if self.cancelled:  # checked between steps, so the scheduler is never torn mid-step
+                self.scheduler.abort(uid)
+                self.detok.finish(uid)
+                reason = "cancelled"
+                break
+            for o in self.scheduler.step():
+                if o.uid != uid:
+                    continue
+                r, stopped = self.detok.process(TokenMsg(o.uid, o.token_id, o.finished, o.finish_reason, len(ids)))
+                if stopped:
                     self.scheduler.abort(uid)
-                    self.detok.finish(uid)
-                    reason = "cancelled"
-                    break
-                for o in self.scheduler.step():
-                    if o.uid != uid:
-                        continue
-                    r, stopped = self.detok.process(TokenMsg(o.uid, o.token_id, o.finished, o.finish_reason, len(ids)))
-                    if stopped:
-                        self.scheduler.abort(uid)
-                    if r is not None:
-                        reply, generated = reply + r.text, r.completion_tokens
-                        out.write(r.text)
-                        out.flush()
-                        reason = r.finish_reason if r.finished else None
-        finally:
-            signal.signal(signal.SIGINT, previous)
+                if r is not None:
+                    reply, generated = reply + r.text, r.completion_tokens
+                    out.write(r.text)
+                    out.flush()
+                    reason = r.finish_reason if r.finished else None
         self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
         out.write(f"\n[{len(ids)} prompt tokens, {generated} generated, {reason}]\n")
 
