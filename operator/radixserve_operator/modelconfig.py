@@ -162,7 +162,7 @@ def fetch_config(
         raise ModelConfigNotFound(
             f"spec.model.source {repo_id!r} is not a valid hub id: {e}"
         ) from None
-    except Exception as e:  # noqa: BLE001  (network stacks raise many kinds: all mean "later")
+    except Exception as e:
         raise ModelConfigUnavailable(
             f"cannot fetch config.json of {repo_id!r}: {type(e).__name__}: {e}"
         ) from None

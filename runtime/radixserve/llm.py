@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import atexit
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Sequence, Union
+from typing import Union
 
 from tqdm import tqdm
 

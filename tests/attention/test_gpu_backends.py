@@ -10,7 +10,6 @@ import importlib.util
 
 import pytest
 import torch
-
 from tests.kernels.kernel_cases import backend_case, run_backend
 
 pytestmark = pytest.mark.gpu

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from radixserve_kernels.testing import enable_cpu_interpreter
 
 INTERPRETING = not torch.cuda.is_available() and enable_cpu_interpreter()

@@ -7,6 +7,12 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from tests.kernels.kernel_cases import paged_table
+from transformers import LlamaConfig, Qwen3MoeConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
 from radixserve_kernels import (
     apply_rotary_ref,
     build_cos_sin_cache,
@@ -17,12 +23,6 @@ from radixserve_kernels import (
     rms_norm_ref,
     topk_softmax_ref,
 )
-from transformers import LlamaConfig, Qwen3MoeConfig
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
-from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
-
-from tests.kernels.kernel_cases import paged_table
 
 
 def test_package_imports_without_triton() -> None:

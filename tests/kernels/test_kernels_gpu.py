@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tests.kernels import kernel_cases as kc
 
 pytestmark = pytest.mark.gpu

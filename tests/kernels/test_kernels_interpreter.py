@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tests.kernels import kernel_cases as kc
 
 pytestmark = kc.interpreter_only

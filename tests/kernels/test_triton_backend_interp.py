@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 import torch
-
 from tests.kernels.kernel_cases import backend_case, interpreter_only, run_backend
 
 pytestmark = interpreter_only

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
 from radixserve.attention.base import BaseAttnBackend
 from radixserve.engine.batch import Batch
 from radixserve.engine.context import forward_batch

@@ -7,11 +7,11 @@ import importlib.util
 
 import pytest
 import torch
+
 from radixserve.models import default_model
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.loader import load_model
-
 from tests.models.helpers import hf_logits, our_logits
 
 needs_gguf = pytest.mark.skipif(

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from radixserve.models.generation import eos_token_ids
-from radixserve.models.loader import load_model, resolve_dtype
-from radixserve.models.registry import get_model_class
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from radixserve.models.generation import eos_token_ids
+from radixserve.models.loader import load_model, resolve_dtype
+from radixserve.models.registry import get_model_class
 from tests.models.helpers import hf_logits, our_logits
 
 IDS = list(range(7, 57))
@@ -34,7 +34,7 @@ def _drop_tensor(ckpt: Path, name: str) -> None:
 
 def test_tied_head_shares_the_embedding(tiny):
     with safe_open(tiny["llama"] / "model.safetensors", "pt") as f:
-        assert "lm_head.weight" not in f.keys()  # noqa: SIM118
+        assert "lm_head.weight" not in f.keys()
         embed = f.get_tensor("model.embed_tokens.weight")
     model, cfg = load_model(tiny["llama"], torch.float32, "cpu")
     assert cfg.tie_word_embeddings

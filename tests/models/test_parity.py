@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from radixserve.models.loader import load_model
-from radixserve.testing import ARCHS
 from transformers import AutoTokenizer
 
+from radixserve.models.loader import load_model
+from radixserve.testing import ARCHS
 from tests.models.helpers import hf_logits, our_logits
 
 PROMPT = "Rotary position embeddings rotate query and key vectors. The quick brown fox, 2+2=4! " * 3

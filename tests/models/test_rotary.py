@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from radixserve.layers.rotary import RotaryEmbedding, compute_inv_freq, rope_parameters
 
 

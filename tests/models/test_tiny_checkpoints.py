@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+
 from radixserve.testing import ARCHS, EOS_IDS, write_tiny_checkpoint
 
 

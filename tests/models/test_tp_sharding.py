@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors import safe_open
+
 from radixserve.layers import (
     ColumnParallelLinear,
     FusedMoE,
@@ -14,7 +16,6 @@ from radixserve.layers import (
     VocabParallelEmbedding,
 )
 from radixserve.models.loader import load_model
-from safetensors import safe_open
 
 g = torch.Generator().manual_seed(0)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from radixserve_operator import API_VERSION, KIND
 
 K8S_VERSION = "1.37.0"  # newest Kubernetes schema kubernetes-validate 1.37 ships

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from radixserve_operator.reconcile import plan
 
 BASE_ARGS = ["--host", "0.0.0.0", "--port", "8000"]

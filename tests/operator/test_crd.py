@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from radixserve_operator.crd import crd, openapi_schema, to_yaml
 from radixserve_operator.spec import SpecError, apply_defaults, parse_spec
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+
 from radixserve_operator import handlers
 
 QWEN = {

@@ -10,6 +10,7 @@ import threading
 from typing import Any, ClassVar
 
 import pytest
+
 from radixserve_operator.client import ApplyRejected, KubeClient
 
 RESOURCES = {

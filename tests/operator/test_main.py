@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from radixserve_operator.__main__ import default_priority, kopf_options, parse_args
 
 

@@ -10,6 +10,7 @@ import json
 import threading
 
 import pytest
+
 from radixserve_operator.modelconfig import (
     EMBEDDED_DEFAULT,
     ModelConfigNotFound,

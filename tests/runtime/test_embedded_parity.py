@@ -20,7 +20,7 @@ MAX_NEW = 10
 
 
 @pytest.fixture(scope="module")
-def embedded():  # noqa: ANN201
+def embedded():
     from transformers import AutoTokenizer
 
     from radixserve.models.default_model import resolve_model_path
@@ -34,7 +34,7 @@ def embedded():  # noqa: ANN201
 
 
 @pytest.mark.parametrize("cache,page_size,max_prefill", list(itertools.product(["radix", "naive"], [1, 16], [16, 8192])))
-def test_embedded_greedy_parity(embedded, cache, page_size, max_prefill) -> None:  # noqa: ANN001
+def test_embedded_greedy_parity(embedded, cache, page_size, max_prefill) -> None:
     path, prompts, expected = embedded
     llm = LLM(str(path), dtype="float32", device="cpu", cache=cache, page_size=page_size,
               max_prefill_length=max_prefill)
@@ -63,7 +63,7 @@ def prefill_logits(llm: LLM, prompts: list[list[int]]) -> list[torch.Tensor]:
     return list(torch.split(logits, lens))
 
 
-def test_prefill_logits_match_transformers(embedded, tiny_ckpts) -> None:  # noqa: ANN001
+def test_prefill_logits_match_transformers(embedded, tiny_ckpts) -> None:
     from transformers import AutoModelForCausalLM
 
     path, prompts, _ = embedded

@@ -15,7 +15,7 @@ COMBOS = list(itertools.product(["radix", "naive"], [1, 16], [16, 8192]))
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_ckpts):  # noqa: ANN001, ANN201
+def reference(tiny_ckpts):
     from transformers import AutoConfig
 
     out = {}
@@ -27,7 +27,7 @@ def reference(tiny_ckpts):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("cache,page_size,max_prefill", COMBOS)
-def test_greedy_parity_all_architectures(tiny_ckpts, reference, cache, page_size, max_prefill):  # noqa: ANN001
+def test_greedy_parity_all_architectures(tiny_ckpts, reference, cache, page_size, max_prefill):
     sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
     for arch, path in tiny_ckpts.items():
         prompts, expected = reference[arch]
@@ -40,7 +40,7 @@ def test_greedy_parity_all_architectures(tiny_ckpts, reference, cache, page_size
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_warm_prefix_cache_gives_cold_tokens(tiny_ckpts, page_size):  # noqa: ANN001
+def test_warm_prefix_cache_gives_cold_tokens(tiny_ckpts, page_size):
     path = tiny_ckpts["qwen3"]
     sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
     base = random_prompts(4, [150, 200, 64, 97], 300, seed=1)

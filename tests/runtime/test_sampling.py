@@ -11,20 +11,20 @@ from tests.runtime.helpers import random_prompts
 
 
 @pytest.fixture(scope="module")
-def llm(tiny_ckpts):  # noqa: ANN001, ANN201
+def llm(tiny_ckpts):
     return LLM(str(tiny_ckpts["qwen2"]), dtype="float32", device="cpu")
 
 
 @pytest.fixture(scope="module")
-def prompts():  # noqa: ANN201
+def prompts():
     return random_prompts(4, [5, 30, 12, 64], 300, seed=7)
 
 
-def tokens(llm, prompts, **kw) -> list[list[int]]:  # noqa: ANN001
+def tokens(llm, prompts, **kw) -> list[list[int]]:
     return [r.token_ids for r in llm.generate(prompts, SamplingParams(max_tokens=10, ignore_eos=True, **kw))]
 
 
-def test_same_seed_same_tokens_regardless_of_batch(llm, prompts) -> None:  # noqa: ANN001
+def test_same_seed_same_tokens_regardless_of_batch(llm, prompts) -> None:
     a = tokens(llm, prompts, temperature=1.0, seed=123)
     b = tokens(llm, prompts[::-1], temperature=1.0, seed=123)[::-1]
     c = tokens(llm, prompts, temperature=1.0, seed=124)
@@ -34,11 +34,11 @@ def test_same_seed_same_tokens_regardless_of_batch(llm, prompts) -> None:  # noq
 
 
 @pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)])
-def test_filters_leaving_one_token_equal_greedy(llm, prompts, kw) -> None:  # noqa: ANN001
+def test_filters_leaving_one_token_equal_greedy(llm, prompts, kw) -> None:
     assert tokens(llm, prompts, temperature=1.5, seed=5, **kw) == tokens(llm, prompts)
 
 
-def test_repetition_penalty_matches_transformers(llm, prompts, tiny_ckpts) -> None:  # noqa: ANN001
+def test_repetition_penalty_matches_transformers(llm, prompts, tiny_ckpts) -> None:
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(tiny_ckpts["qwen2"], dtype=torch.float32).eval()
@@ -67,7 +67,7 @@ def test_filter_logits_masks_outside_nucleus_and_topk() -> None:
     assert torch.isinf(filter_logits(logits, -1, 1.0, 0.5)).tolist() == [False, False, True, True]
 
 
-def test_logprobs_are_log_softmax_of_logits(llm) -> None:  # noqa: ANN001
+def test_logprobs_are_log_softmax_of_logits(llm) -> None:
     s = llm.scheduler
     s.add_request(900, [5, 6, 7, 8], SamplingParams(max_tokens=1, logprobs=3))
     outs = []

@@ -10,7 +10,7 @@ from radixserve.scheduler.scheduler import Scheduler
 from tests.runtime.helpers import random_prompts
 
 
-def make(path, overlap: bool, **sched) -> Scheduler:  # noqa: ANN001
+def make(path, overlap: bool, **sched) -> Scheduler:
     eng = EngineConfig(model=str(path), dtype="float32", device="cpu", page_size=4)
     return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, **sched}), overlap=overlap)
 
@@ -26,17 +26,17 @@ def drain(s: Scheduler, limit: int = 10_000) -> dict[int, list]:
 
 
 @pytest.fixture(scope="module")
-def path(tiny_ckpts):  # noqa: ANN001, ANN201
+def path(tiny_ckpts):
     return tiny_ckpts["llama"]
 
 
-def run_all(s: Scheduler, prompts, max_tokens) -> dict[int, list]:  # noqa: ANN001
+def run_all(s: Scheduler, prompts, max_tokens) -> dict[int, list]:
     for i, (p, m) in enumerate(zip(prompts, max_tokens)):
         s.add_request(i, p, SamplingParams(max_tokens=m, ignore_eos=True))
     return drain(s)
 
 
-def test_overlap_gives_same_tokens_and_exact_max_tokens(path) -> None:  # noqa: ANN001
+def test_overlap_gives_same_tokens_and_exact_max_tokens(path) -> None:
     # more requests than rows, uneven lengths: rows are reused while batches are in flight
     prompts = random_prompts(10, [3, 50, 9, 120, 1, 33], 300, seed=3)
     max_tokens = [1, 2, 7, 3, 11, 5, 1, 9, 4, 6]
@@ -54,7 +54,7 @@ def test_overlap_gives_same_tokens_and_exact_max_tokens(path) -> None:  # noqa: 
     assert res[True] == res[False]
 
 
-def test_overlap_keeps_finished_row_until_inflight_batch_done(path) -> None:  # noqa: ANN001
+def test_overlap_keeps_finished_row_until_inflight_batch_done(path) -> None:
     s = make(path, overlap=True)
     s.add_request(0, [5, 6, 7], SamplingParams(max_tokens=2, ignore_eos=True))
     s.add_request(1, [8, 9], SamplingParams(max_tokens=6, ignore_eos=True))
@@ -72,7 +72,7 @@ def test_overlap_keeps_finished_row_until_inflight_batch_done(path) -> None:  # 
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_abort_in_every_state(path, overlap) -> None:  # noqa: ANN001
+def test_abort_in_every_state(path, overlap) -> None:
     s = make(path, overlap, max_prefill_length=16, max_running_requests=2)
     long_prompt = random_prompts(1, [100], 300, seed=4)[0]
     sp = SamplingParams(max_tokens=30, ignore_eos=True)
@@ -96,7 +96,7 @@ def test_abort_in_every_state(path, overlap) -> None:  # noqa: ANN001
     assert st["kv_pages_used"] * 4 == st["evictable_tokens"]  # all that is held is the cache
 
 
-def test_eos_and_stop_token_finish(path) -> None:  # noqa: ANN001
+def test_eos_and_stop_token_finish(path) -> None:
     s = make(path, overlap=False)
     s.add_request(0, [5, 6, 7], SamplingParams(max_tokens=8, ignore_eos=True))
     first = drain(s)[0]
@@ -116,7 +116,7 @@ def test_eos_and_stop_token_finish(path) -> None:  # noqa: ANN001
     (dict(input_ids=[10**7]), "input_ids"),
     (dict(max_tokens=5000), "max_tokens"),
 ])
-def test_bad_requests_rejected_with_field_name(path, bad, field) -> None:  # noqa: ANN001
+def test_bad_requests_rejected_with_field_name(path, bad, field) -> None:
     s = make(path, overlap=False)
     args = {"input_ids": [1, 2, 3], "max_tokens": 4, **bad}
     with pytest.raises(ValueError, match=field):
@@ -129,6 +129,6 @@ def test_bad_requests_rejected_with_field_name(path, bad, field) -> None:  # noq
     (dict(top_p=0.0), "top_p"), (dict(top_k=0), "top_k"), (dict(min_p=2.0), "min_p"),
     (dict(seed=-3), "seed"), (dict(repetition_penalty=0.0), "repetition_penalty"),
 ])
-def test_sampling_params_validation(kw, field) -> None:  # noqa: ANN001
+def test_sampling_params_validation(kw, field) -> None:
     with pytest.raises(ValueError, match=field):
         SamplingParams(**kw)

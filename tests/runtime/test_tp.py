@@ -19,7 +19,7 @@ def tokens(llm: LLM) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("arch", ["llama", "llama3", "qwen2", "qwen3", "qwen3_moe"])
-def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:  # noqa: ANN001
+def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:
     kw = dict(dtype="float32", device="cpu", max_prefill_length=32, page_size=4,
               cache="naive" if arch == "qwen2" else "radix")
     ref = tokens(LLM(str(tiny_ckpts[arch]), **kw))
@@ -31,7 +31,7 @@ def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:  # noqa: ANN001
         llm.close()
 
 
-def test_late_follower_still_serves_first_request(tiny_ckpts, monkeypatch) -> None:  # noqa: ANN001
+def test_late_follower_still_serves_first_request(tiny_ckpts, monkeypatch) -> None:
     ref = tokens(LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu"))
     monkeypatch.setenv("RADIXSERVE_TP_FOLLOWER_DELAY_S", "3")
     start = time.monotonic()
@@ -43,7 +43,7 @@ def test_late_follower_still_serves_first_request(tiny_ckpts, monkeypatch) -> No
         llm.close()
 
 
-def test_dead_follower_fails_leader_fast(tiny_ckpts) -> None:  # noqa: ANN001
+def test_dead_follower_fails_leader_fast(tiny_ckpts) -> None:
     llm = LLM(str(tiny_ckpts["llama"]), tp=2, dtype="float32", device="cpu")
     (follower,) = llm._followers
     follower.kill()
@@ -57,7 +57,7 @@ def test_dead_follower_fails_leader_fast(tiny_ckpts) -> None:  # noqa: ANN001
         llm.close()
 
 
-def test_invalid_tp_rejected_before_any_process(tiny_ckpts) -> None:  # noqa: ANN001
+def test_invalid_tp_rejected_before_any_process(tiny_ckpts) -> None:
     with pytest.raises(ValueError, match="attention heads"):
         LLM(str(tiny_ckpts["llama"]), tp=3, dtype="float32", device="cpu")
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("radixserve-tp")]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+
 from radixserve.messages import (
     RequestFailed,
     TokenBatch,

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from radixserve.messages import TokenMsg
 from radixserve.tokenizer.detokenize import DetokenizeManager
-
 from tests.server.byte_tokenizer import make_byte_tokenizer
 
 TEXT = "héllo 日本語 wörld, the fox"

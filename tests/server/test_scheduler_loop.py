@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import zmq
+
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.messages import (
     AbortMsg,

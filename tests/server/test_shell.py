@@ -11,7 +11,7 @@ import pexpect
 TURN = re.compile(rb"\[(\d+) prompt tokens, (\d+) generated, (\w+)\]")
 
 
-def _spawn_shell(model, max_tokens: int) -> pexpect.spawn:  # noqa: ANN001
+def _spawn_shell(model, max_tokens: int) -> pexpect.spawn:
     env = os.environ | {"TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "RADIXSERVE_LOG_LEVEL": "WARNING"}
     return pexpect.spawn(sys.executable, ["-m", "radixserve", "shell", "--model", str(model),
                                           "--device", "cpu", "--max-tokens", str(max_tokens)],

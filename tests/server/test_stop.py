@@ -4,6 +4,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from radixserve.tokenizer.stop import StopStringMatcher
 
 

@@ -17,14 +17,14 @@ PROMPTS = random_prompts(4, [3, 40, 9, 120], 300, seed=21)
 
 
 @pytest.fixture
-def tp_server(tiny_model, tmp_path):  # noqa: ANN001, ANN201
+def tp_server(tiny_model, tmp_path):
     srv = ServerProcess(tiny_model, tmp_path / "server.log", "--tp", "2", "--max-prefill-length", "32")
     srv.wait_ready()
     yield srv
     srv.stop()
 
 
-def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:  # noqa: ANN001
+def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:
     ref = LLM(str(tiny_model), dtype="float32", device="cpu").generate(
         PROMPTS, SamplingParams(max_tokens=10, ignore_eos=True))
     for p, want in zip(PROMPTS, ref):
@@ -33,7 +33,7 @@ def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:  # noqa: 
         assert got["output_ids"] == want.token_ids
 
 
-def test_killing_rank1_exits_server_nonzero(tp_server) -> None:  # noqa: ANN001
+def test_killing_rank1_exits_server_nonzero(tp_server) -> None:
     m = re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", tp_server.log())
     assert m, "rank 1 logs its pid"
     os.kill(int(m.group(1)), signal.SIGKILL)

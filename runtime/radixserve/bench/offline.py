@@ -34,7 +34,7 @@ def describe(sched: Scheduler) -> str:
             f"cache {sched.cfg.cache}, page {eng.page_size}")
 
 
-def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> tuple[float, str]:  # noqa: ANN001
+def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> tuple[float, str]:
     """Build a scheduler, warm it on the first `warmup` requests, then time the whole workload:
     (output tokens/s, what ran)."""
     sched = sched_factory()

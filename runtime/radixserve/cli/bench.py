@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     on.set_defaults(func=run_online_cli)
 
 
-def _engine_configs(args: argparse.Namespace):  # noqa: ANN202
+def _engine_configs(args: argparse.Namespace):
     import dataclasses
 
     from radixserve.bench.presets import preset_dir
@@ -119,7 +119,7 @@ def run_offline(args: argparse.Namespace) -> int:
     print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
           f"model {args.model_preset or path}")
 
-    def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:  # noqa: ANN001
+    def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         try:

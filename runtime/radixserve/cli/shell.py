@@ -44,7 +44,7 @@ class ChatShell:
         finally:
             signal.signal(signal.SIGINT, previous)
 
-    def _turn(self, text: str, out) -> None:  # noqa: ANN001
+    def _turn(self, text: str, out) -> None:
         system = [{"role": "system", "content": self.system}] if self.system else []
         chat = system + self.history + [{"role": "user", "content": text}]
         ids = self.tokenize.tokenize(TokenizeMsg(0, self.params, chat=chat))
@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from prompt_toolkit import PromptSession
     from transformers import AutoTokenizer
 
-    from radixserve.scheduler.scheduler import Scheduler
     from radixserve.models.default_model import resolve_model_path
+    from radixserve.scheduler.scheduler import Scheduler
 
     engine, sched = configs_from_args(args)
     model_path = str(resolve_model_path(engine.model))

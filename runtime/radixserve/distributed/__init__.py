@@ -5,7 +5,7 @@ of 1 every collective is the identity, so single-GPU and CPU runs pay nothing.
 """
 from __future__ import annotations
 
-from .info import TPInfo, get_tp_info, set_tp_info
 from .comm import BaseCommunicator, get_comm, set_comm
+from .info import TPInfo, get_tp_info, set_tp_info
 
-__all__ = ["TPInfo", "get_tp_info", "set_tp_info", "BaseCommunicator", "get_comm", "set_comm"]
+__all__ = ["BaseCommunicator", "TPInfo", "get_comm", "get_tp_info", "set_comm", "set_tp_info"]

@@ -2,8 +2,9 @@
 through every forward signature."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend

@@ -4,14 +4,13 @@ summed across ranks; logits are gathered back to the full vocabulary."""
 
 from __future__ import annotations
 
-from radixserve.models.lazy_weight import materialize
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.layers.utils import new_param
+from radixserve.models.lazy_weight import materialize
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -3,14 +3,13 @@ with an all-reduce), and the fused column-parallel QKV and gate+up projections."
 
 from __future__ import annotations
 
-from radixserve.models.lazy_weight import materialize
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
+from radixserve.models.lazy_weight import materialize
 
 
 class _Linear(nn.Module):

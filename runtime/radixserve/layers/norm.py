@@ -3,12 +3,11 @@ residual add fused into the call; on CUDA one Triton kernel does both."""
 
 from __future__ import annotations
 
-from radixserve.models.lazy_weight import materialize
-
 import torch
 from torch import nn
 
 from radixserve.layers.utils import check_shape, new_param
+from radixserve.models.lazy_weight import materialize
 from radixserve.utils import kernel_path
 from radixserve_kernels import (
     fused_add_rms_norm,

@@ -59,7 +59,7 @@ class Scheduler:
         return self.engine.model_path
 
     @property
-    def hf_config(self):  # noqa: ANN201 - a transformers PretrainedConfig
+    def hf_config(self):
         return self.engine.hf_config
 
     @property

@@ -50,7 +50,7 @@ class TPLeader:
                 return f"tensor-parallel rank {rank} (pid {p.pid}) died with exit code {p.exitcode}"
         return None
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - stats, has_work, model_path, ...
+    def __getattr__(self, name: str):
         return getattr(self.sched, name)
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:

@@ -13,7 +13,7 @@ from radixserve.config import EngineConfig, SchedulerConfig
 logger = logging.getLogger(__name__)
 
 
-def validate_tp(tp: int, hf_config) -> None:  # noqa: ANN001 - a transformers PretrainedConfig
+def validate_tp(tp: int, hf_config) -> None:
     """Clear errors before any process starts."""
     heads, kv = hf_config.num_attention_heads, hf_config.num_key_value_heads
     if heads % tp:
@@ -78,7 +78,7 @@ def start_followers(eng: EngineConfig, sched: SchedulerConfig) -> tuple[str, lis
 
 
 def start_leader(eng: EngineConfig, sched: SchedulerConfig, init_method: str,
-                 followers: list | None = None):  # noqa: ANN201
+                 followers: list | None = None):
     from radixserve.models.default_model import resolve_model_path
     from radixserve.scheduler.scheduler import Scheduler
     from radixserve.scheduler.tp import TPLeader

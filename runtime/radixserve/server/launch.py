@@ -18,11 +18,11 @@ import uvicorn
 
 from radixserve.config import ServerConfig
 from radixserve.messages import IpcAddresses
+from radixserve.models.default_model import resolve_model_path
 from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_process
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
-from radixserve.models.default_model import resolve_model_path
 from radixserve.server.state import ServerState
 from radixserve.tokenizer.worker import run_tokenizer_process
 

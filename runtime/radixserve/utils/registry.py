@@ -1,7 +1,8 @@
 """A name -> factory registry used for every pluggable part (backends, caches, models)."""
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
