@@ -27,19 +27,6 @@ def _hf_model(path: Path, dtype: torch.dtype, device: str):
 
 
 @torch.inference_mode()
-def hf_greedy(path: Path, prompts: list[list[int]], max_new: int, dtype: torch.dtype,
-              device: str) -> list[list[int]]:
-    """transformers `generate`, one prompt at a time (no padding), EOS ignored."""
-    model, outs = _hf_model(path, dtype, device), []
-    for p in prompts:
-        ids = torch.tensor([p], device=device)
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-                             eos_token_id=None, do_sample=False, pad_token_id=0)
-        outs.append(gen[0, len(p):].tolist())
-    return outs
-
-
-@torch.inference_mode()
 def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
               device: str) -> list[torch.Tensor]:
     model = _hf_model(path, dtype, device)

@@ -12,8 +12,8 @@ import gc
 
 import pytest
 
-from tests.gpu.helpers import BACKENDS, hf_greedy
-from tests.runtime.helpers import random_prompts
+from tests.gpu.helpers import BACKENDS
+from tests.runtime.helpers import greedy_reference
 
 pytestmark = pytest.mark.gpu
 LENGTHS = [1, 7, 16, 33, 64, 129, 200, 300]
@@ -23,15 +23,7 @@ COMBOS = [(1, 16), (1, 8192), (16, 16), (16, 8192)]
 
 @pytest.fixture(scope="module")
 def reference(tiny_ckpts):
-    import torch
-    from transformers import AutoConfig
-
-    out = {}
-    for seed, (arch, path) in enumerate(tiny_ckpts.items()):
-        vocab = AutoConfig.from_pretrained(path).vocab_size
-        prompts = random_prompts(8, LENGTHS, vocab, seed=seed)
-        out[arch] = (prompts, hf_greedy(path, prompts, MAX_NEW, torch.float32, "cpu"))
-    return out
+    return greedy_reference(tiny_ckpts, LENGTHS, MAX_NEW)
 
 
 @pytest.mark.parametrize("attn", BACKENDS)

@@ -10,17 +10,29 @@ def random_prompts(n: int, lengths: list[int], vocab: int, seed: int = 0) -> lis
     return [torch.randint(3, vocab, (lengths[i % len(lengths)],), generator=g).tolist() for i in range(n)]
 
 
-def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+@torch.inference_mode()
+def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new: int,
+              dtype: torch.dtype = torch.float32, device: str = "cpu") -> list[list[int]]:
     """transformers `generate`, one prompt at a time (no padding), EOS ignored (eos_token_id=None;
     min_new_tokens would instead *ban* EOS ids and change the greedy choice)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     outs = []
-    with torch.inference_mode():
-        for p in prompts:
-            ids = torch.tensor([p])
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-                                 eos_token_id=None, do_sample=False, pad_token_id=0)
-            outs.append(gen[0, len(p):].tolist())
+    for p in prompts:
+        ids = torch.tensor([p], device=device)
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                             eos_token_id=None, do_sample=False, pad_token_id=0)
+        outs.append(gen[0, len(p):].tolist())
     return outs
+
+
+def greedy_reference(ckpts: dict[str, Path], lengths: list[int], max_new: int) -> dict[str, tuple]:
+    """Per architecture: 8 random prompts of the given lengths and transformers' fp32 greedy tokens."""
+    from transformers import AutoConfig
+
+    out = {}
+    for seed, (arch, path) in enumerate(ckpts.items()):
+        prompts = random_prompts(8, lengths, AutoConfig.from_pretrained(path).vocab_size, seed=seed)
+        out[arch] = (prompts, hf_greedy(path, prompts, max_new))
+    return out

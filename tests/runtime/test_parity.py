@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from radixserve import LLM, SamplingParams
-from tests.runtime.helpers import hf_greedy, random_prompts
+from tests.runtime.helpers import greedy_reference, random_prompts
 
 LENGTHS = [1, 7, 16, 33, 64, 129, 200, 300]
 MAX_NEW = 12
@@ -16,14 +16,7 @@ COMBOS = list(itertools.product(["radix", "naive"], [1, 16], [16, 8192]))
 
 @pytest.fixture(scope="module")
 def reference(tiny_ckpts):
-    from transformers import AutoConfig
-
-    out = {}
-    for seed, (arch, path) in enumerate(tiny_ckpts.items()):
-        vocab = AutoConfig.from_pretrained(path).vocab_size
-        prompts = random_prompts(8, LENGTHS, vocab, seed=seed)
-        out[arch] = (prompts, hf_greedy(path, prompts, MAX_NEW))
-    return out
+    return greedy_reference(tiny_ckpts, LENGTHS, MAX_NEW)
 
 
 @pytest.mark.parametrize("cache,page_size,max_prefill", COMBOS)
