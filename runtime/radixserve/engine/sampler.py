@@ -48,11 +48,6 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
     return logits
 
 
-def _needs_penalty(req: Req) -> bool:
-    p = req.params
-    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
-
-
 class Sampler:
     def __init__(self, device: torch.device, seed: int = 0) -> None:
         self.device = device
@@ -68,7 +63,7 @@ class Sampler:
         """logits [bs, V] float32, one row per request (rows may be modified in place). Stays on
         the device: nothing here waits for the GPU."""
         for i, req in enumerate(reqs):
-            if _needs_penalty(req):
+            if req.params.has_penalties:
                 logits[i] = apply_penalties(logits[i], req)
         want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
         logp = torch.log_softmax(logits, -1) if want_lp else None

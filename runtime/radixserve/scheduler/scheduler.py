@@ -110,7 +110,7 @@ class Scheduler:
     def step(self) -> list[TokenOutput]:
         """Launch the next batch (prefill when any prompt work fits, else decode) and return the
         tokens of the batch before it (overlap) or of this one (no overlap)."""
-        sync = not self.overlap or any(_needs_history(r) for r in self.running)
+        sync = not self.overlap or any(r.params.has_penalties for r in self.running)
         outputs: list[TokenOutput] = []
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
@@ -222,8 +222,3 @@ class Scheduler:
         expect = len(self.running) + len(self._deferred)
         assert held == expect, f"{held} rows held, {expect} requests hold rows"
 
-
-def _needs_history(req: Req) -> bool:
-    """Penalties read the tokens generated so far, which overlap would show one step late."""
-    p = req.params
-    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
