@@ -33,32 +33,6 @@ def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
     return [model(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
 
 
-@torch.inference_mode()
-def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
-    """Every position's float32 logits of one prefill batch holding all `prompts`, through the
-    engine's attention backend and KV pool (each prompt on its own row and fresh pages)."""
-    from radixserve.engine.batch import Batch
-
-    dev, page = engine.device, engine.page_size
-    lens = [len(p) for p in prompts]
-    rows, slots, base = [], [], 0
-    for n in lens:
-        row = engine.table.alloc_row()
-        s = torch.arange(base, base + n, device=dev)
-        engine.table.page_table[row, :n] = s.to(torch.int32)
-        rows.append(row)
-        slots.append(s)
-        base += -(-n // page) * page
-    batch = Batch(
-        "prefill", torch.tensor([t for p in prompts for t in p], device=dev),
-        torch.cat([torch.arange(n, device=dev) for n in lens]), torch.cat(slots),
-        torch.tensor(rows, device=dev), torch.tensor(lens, dtype=torch.int32, device=dev),
-        torch.tensor(lens, dtype=torch.int32, device=dev), list(lens), list(lens),
-    )
-    hidden = engine.forward_hidden(batch)
-    return list(engine.model.compute_logits(hidden).float().split(lens))
-
-
 def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
              graphs: bool | None = None, **llm_kwargs: object) -> list[list[int]]:
     """Greedy tokens (EOS ignored) from a fresh `LLM` (which captured decode CUDA graphs iff

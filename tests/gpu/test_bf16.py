@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.helpers import BACKENDS, generate, hf_logits, prefill_logits, rel_err
-from tests.runtime.helpers import hf_greedy, random_prompts
+from tests.gpu.helpers import BACKENDS, generate, hf_logits, rel_err
+from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 2e-2

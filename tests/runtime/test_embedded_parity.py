@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from radixserve import LLM, SamplingParams
-from radixserve.engine.batch import Batch
-from tests.runtime.helpers import hf_greedy
+from tests.runtime.helpers import hf_greedy, prefill_logits
 
 TEXT = ("The history of the city begins with a small fishing village on the banks of the river. "
         "Over the centuries merchants, scholars and travellers arrived, bringing new ideas, goods "
@@ -42,27 +41,6 @@ def test_embedded_greedy_parity(embedded, cache, page_size, max_prefill) -> None
     assert got == expected
 
 
-def prefill_logits(llm: LLM, prompts: list[list[int]]) -> list[torch.Tensor]:
-    """All-position logits of one prefill batch holding every prompt, through the paged engine."""
-    s = llm.scheduler
-    eng, rows = s.engine, []
-    for p in prompts:
-        slots = s.cache.allocate(len(p))
-        row = s.table.alloc_row()
-        s.table.page_table[row, : len(slots)] = slots.to(torch.int32)
-        rows.append(row)
-    lens = [len(p) for p in prompts]
-    batch = Batch(
-        "prefill", torch.tensor([t for p in prompts for t in p]),
-        torch.tensor([i for n in lens for i in range(n)]),
-        torch.cat([s.table.page_table[r, :n].long() for r, n in zip(rows, lens)]),
-        torch.tensor(rows), torch.tensor(lens, dtype=torch.int32), torch.tensor(lens, dtype=torch.int32),
-        lens, lens,
-    )
-    logits = eng.model.compute_logits(eng.forward_hidden(batch))
-    return list(torch.split(logits, lens))
-
-
 def test_prefill_logits_match_transformers(embedded, tiny_ckpts) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -72,7 +50,7 @@ def test_prefill_logits_match_transformers(embedded, tiny_ckpts) -> None:
         hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         vocab = hf.config.vocab_size
         batch = [[t % vocab for t in p] for p in prompts[2:6]]
-        ours = prefill_logits(llm, batch)
+        ours = prefill_logits(llm.scheduler.engine, batch)
         with torch.inference_mode():
             for p, got in zip(batch, ours):
                 ref = hf(torch.tensor([p])).logits[0].float()
