@@ -14,6 +14,7 @@ from radixserve_kernels.decode_attention import (
     decode_num_splits,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
+from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
 from radixserve_kernels.moe import (
     fused_moe,
     fused_moe_ref,
@@ -28,11 +29,16 @@ from radixserve_kernels.rmsnorm import (
     rms_norm,
     rms_norm_ref,
 )
-from radixserve_kernels.rotary import apply_rotary, apply_rotary_ref, build_cos_sin_cache
+from radixserve_kernels.rotary import (
+    apply_rotary_ref,
+    build_cos_sin_cache,
+    qk_norm_rope_,
+    qk_norm_rope_ref,
+)
 from radixserve_kernels.store_kv import store_kv, store_kv_ref
 
 __all__ = [
-    "apply_rotary",
+    "SKINNY_MAX_M",
     "apply_rotary_ref",
     "build_cos_sin_cache",
     "decode_attention",
@@ -47,10 +53,14 @@ __all__ = [
     "moe_align",
     "page_indices",
     "page_indices_ref",
+    "qk_norm_rope_",
+    "qk_norm_rope_ref",
     "rms_norm",
     "rms_norm_ref",
     "silu_and_mul",
     "silu_and_mul_ref",
+    "skinny_gemm",
+    "skinny_gemm_ref",
     "store_kv",
     "store_kv_ref",
     "topk_softmax",

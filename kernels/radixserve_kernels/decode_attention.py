@@ -69,7 +69,8 @@ def decode_attention(
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1), scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
-        BLOCK_D=block_d, BLOCK_N=64 if block_d <= 128 else 32,
+        # 128-key blocks: 7% faster than 64 at the offline benchmark's mix of lengths (H200)
+        BLOCK_D=block_d, BLOCK_N=128 if block_d <= 128 else 32,
         PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
     )
     if num_splits == 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from radixserve_kernels._utils import next_pow2
+from radixserve_kernels.rmsnorm import rms_norm_ref
 
 
 def build_cos_sin_cache(
@@ -35,29 +36,37 @@ def apply_rotary_ref(
     return _rotate_ref(q, cos, sin), _rotate_ref(k, cos, sin)
 
 
-def apply_rotary(
-    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+def qk_norm_rope_ref(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+    q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton twin of `apply_rotary_ref`; q and k may be strided views (e.g. of a fused QKV),
-    their last dim contiguous. Returns contiguous new tensors."""
-    from radixserve_kernels._jit.rotary import rotary_kernel
+    """Qwen3's attention prologue: per-head RMSNorm of q and k (when weights are given), then the
+    rotation. q [T, Hq, D], k [T, Hkv, D] -> new tensors."""
+    if q_weight is not None and k_weight is not None:
+        q, k = rms_norm_ref(q, q_weight, eps), rms_norm_ref(k, k_weight, eps)
+    return apply_rotary_ref(q, k, positions, cos_sin_cache)
 
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
+
+def qk_norm_rope_(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+    q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton twin of `qk_norm_rope_ref` in one launch, **in place** (q and k may be strided views
+    of a fused QKV, last dim contiguous): one kernel instead of three in every decode layer."""
+    from radixserve_kernels._jit.rotary import qk_norm_rope_kernel
+
+    assert q.stride(-1) == 1 and k.stride(-1) == 1, "in-place rotary needs a contiguous last dim"
     t, n_qh, d = q.shape
     n_kh = k.shape[1]
     if d % 2:
         raise ValueError(f"head_dim must be even for rotary, got {d}")
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    has_norm = q_weight is not None and k_weight is not None
     if t:
-        rotary_kernel[(t,)](
-            q, k, q_out, k_out, positions, cos_sin_cache,
+        qk_norm_rope_kernel[(t,)](
+            q, k, positions, cos_sin_cache, q_weight if has_norm else q, k_weight if has_norm else k,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
-            n_qh, n_kh, d // 2,
-            BLOCK_QH=next_pow2(n_qh), BLOCK_KH=next_pow2(n_kh), BLOCK_D=next_pow2(d // 2),
-            num_warps=4,
+            n_qh, n_kh, d // 2, eps,
+            HAS_NORM=has_norm, BLOCK_QH=next_pow2(n_qh), BLOCK_KH=next_pow2(n_kh),
+            BLOCK_D=next_pow2(d // 2), num_warps=4,
         )
-    return q_out, k_out
+    return q, k

@@ -83,7 +83,7 @@ def check_silu_and_mul(dev: str, dtype: torch.dtype, rows: int, inter: int) -> N
 
 def check_rotary(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, int], dim: int,
                  inv_freq: torch.Tensor) -> None:
-    from radixserve_kernels import apply_rotary, apply_rotary_ref, build_cos_sin_cache
+    from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_
 
     gen = torch.Generator().manual_seed(tokens)
     hq, hk = heads
@@ -92,10 +92,51 @@ def check_rotary(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, in
     q = qkv[:, : hq * dim].view(tokens, hq, dim)  # strided views, as a fused QKV gives them
     k = qkv[:, hq * dim : (hq + hk) * dim].view(tokens, hk, dim)
     pos = torch.randint(0, 4096, (tokens,), generator=gen).to(dev)
-    got_q, got_k = apply_rotary(q, k, pos, cache)
     want_q, want_k = apply_rotary_ref(q, k, pos, cache)
+    got_q, got_k = qk_norm_rope_(q, k, pos, cache, None, None, 0.0)  # rotary alone, in place
     close(got_q, want_q, dtype, scale=4)
     close(got_k, want_k, dtype, scale=4)
+
+
+def check_qk_norm_rope(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, int],
+                       dim: int, inv_freq: torch.Tensor) -> None:
+    """In place on strided views of a fused QKV; v (after k) must be left untouched."""
+    from radixserve_kernels import build_cos_sin_cache, qk_norm_rope_, qk_norm_rope_ref
+
+    gen = torch.Generator().manual_seed(tokens + dim)
+    hq, hk = heads
+    cache = build_cos_sin_cache(inv_freq, 4096).to(dev)
+    pos = torch.randint(0, 4096, (tokens,), generator=gen).to(dev)
+    qw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
+    kw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
+    for weights in ((qw, kw), (None, None)):
+        qkv = (3 * torch.randn(tokens, (hq + 2 * hk) * dim, generator=gen)).to(dtype).to(dev)
+        v_before = qkv[:, (hq + hk) * dim :].clone()
+        q = qkv[:, : hq * dim].view(tokens, hq, dim)
+        k = qkv[:, hq * dim : (hq + hk) * dim].view(tokens, hk, dim)
+        want_q, want_k = qk_norm_rope_ref(q.clone(), k.clone(), pos, cache, *weights, 1e-6)
+        got_q, got_k = qk_norm_rope_(q, k, pos, cache, *weights, 1e-6)
+        assert got_q.data_ptr() == q.data_ptr() and got_k.data_ptr() == k.data_ptr()
+        close(q, want_q, dtype, scale=4)
+        close(k, want_k, dtype, scale=4)
+        assert torch.equal(qkv[:, (hq + hk) * dim :], v_before)
+
+
+def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int) -> None:
+    """Every row count up to 16, odd sizes (masked tails), a strided x, with and without bias."""
+    from radixserve_kernels import skinny_gemm, skinny_gemm_ref
+
+    gen = torch.Generator().manual_seed(n + k)
+    w = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype).to(dev)
+    b = torch.randn(n, generator=gen).to(dtype).to(dev)
+    for m in rows:
+        x = torch.randn(m, 2 * k, generator=gen).to(dtype).to(dev)[:, ::2] if m % 2 else \
+            torch.randn(m, k, generator=gen).to(dtype).to(dev)
+        for bias in (None, b):
+            got = skinny_gemm(x, w, bias)
+            assert got.shape == (m, n)
+            want = skinny_gemm_ref(x.float(), w.float(), None if bias is None else bias.float())
+            close(got, want, dtype, scale=4)
 
 
 def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:

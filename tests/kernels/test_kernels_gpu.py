@@ -36,6 +36,19 @@ def test_rotary_default_and_llama3(dtype: torch.dtype, dim: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64), ((9, 3), 64)])
+def test_qk_norm_rope_in_place(dtype: torch.dtype, heads: tuple[int, int], dim: int) -> None:
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, dim, 2).float() / dim))
+    kc.check_qk_norm_rope("cuda", dtype, tokens=300, heads=heads, dim=dim, inv_freq=inv_freq)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (100, 70)])
+def test_skinny_gemm_qwen3_shapes(dtype: torch.dtype, n: int, k: int) -> None:
+    kc.check_skinny_gemm("cuda", dtype, rows=list(range(1, 17)), n=n, k=k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cuda", dtype, tokens=1000, heads=8, dim=128)
 

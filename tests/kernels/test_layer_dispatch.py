@@ -15,7 +15,7 @@ from tests.models.helpers import our_logits
 
 pytestmark = interpreter_only
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 130, 64, 11, 200, 19, 88, 301, 6, 45]
-DENSE = {"rms_norm", "fused_add_rms_norm", "apply_rotary", "silu_and_mul"}
+DENSE = {"rms_norm", "fused_add_rms_norm", "qk_norm_rope_", "silu_and_mul"}
 SPARSE = DENSE | {"topk_softmax", "fused_moe"}
 
 
@@ -45,7 +45,7 @@ def kernels_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter]
 
     for module, names in [
         (norm, ["rms_norm", "fused_add_rms_norm"]), (activation, ["silu_and_mul"]),
-        (rotary, ["apply_rotary"]), (pool, ["store_kv"]), (moe, ["topk_softmax"]),
+        (rotary, ["qk_norm_rope_"]), (pool, ["store_kv"]), (moe, ["topk_softmax"]),
     ]:
         for name in names:
             monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
@@ -74,10 +74,11 @@ def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> 
     got = our_logits(model, PROMPT)
     expected = SPARSE if arch == "qwen3_moe" else DENSE
     assert {n for n, c in calls.items() if c} == expected
-    # every layer's norms, one rotary per layer; qwen3's per-head q/k norms add two per layer
+    # one rotary per layer, which also does qwen3's per-head q/k norms; every other norm but
+    # the first layer's input norm carries the residual add
     layers = model.hf_config.num_hidden_layers
-    assert calls["apply_rotary"] == layers
-    assert calls["rms_norm"] == (1 + 2 * layers if arch.startswith("qwen3") else 1)
+    assert calls["qk_norm_rope_"] == layers
+    assert calls["rms_norm"] == 1
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -113,3 +114,29 @@ def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
     calls = request.getfixturevalue("kernels_on")
     assert run() == want
     assert calls["store_kv"] > 0 and calls["fused_moe"] > 0
+
+
+def test_linear_streams_few_16bit_rows_through_the_skinny_kernel(monkeypatch) -> None:
+    """Decode-sized 16-bit batches take the skinny kernel (same result as F.linear); larger
+    batches and float32 (the parity reference) stay on F.linear."""
+    from radixserve.layers import linear as lin
+    from radixserve.utils import kernel_path
+
+    rows_seen: list[int] = []
+    skinny = lin.skinny_gemm
+
+    def counted(x, w, b):
+        rows_seen.append(x.shape[0])
+        return skinny(x, w, b)
+
+    monkeypatch.setattr(lin, "skinny_gemm", counted)
+    monkeypatch.setattr(kernel_path, "use_triton", lambda t: True)
+    gen = torch.Generator().manual_seed(3)
+    w = (torch.randn(24, 40, generator=gen) / 6).half()
+    b = torch.randn(24, generator=gen).half()
+    for m, dtype in [(1, torch.float16), (16, torch.float16), (17, torch.float16), (3, torch.float32)]:
+        x = torch.randn(m, 40, generator=gen).to(dtype)
+        got = lin.linear(x, w.to(dtype), b.to(dtype))
+        want = torch.nn.functional.linear(x.float(), w.float(), b.float())
+        torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
+    assert rows_seen == [1, 16]

@@ -10,6 +10,18 @@ from torch import nn
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
 from radixserve.models.lazy_weight import materialize
+from radixserve.utils import kernel_path
+from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear`, except that a few rows of a 16-bit activation on CUDA (decode at small batch)
+    take the skinny Triton kernel, which streams the weight at a higher share of the bandwidth
+    than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference."""
+    if (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
+            and kernel_path.use_triton(x)):
+        return skinny_gemm(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 class _Linear(nn.Module):
@@ -19,7 +31,7 @@ class _Linear(nn.Module):
         self.bias = new_param(out_local) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class ReplicatedLinear(_Linear):
@@ -58,8 +70,8 @@ class RowParallelLinear(_Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
-            return F.linear(x, self.weight, self.bias)
-        y = get_comm().all_reduce(F.linear(x, self.weight))
+            return linear(x, self.weight, self.bias)
+        y = get_comm().all_reduce(linear(x, self.weight))
         return y if self.bias is None else y + self.bias
 
     def weight_loader(

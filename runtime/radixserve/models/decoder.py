@@ -53,14 +53,8 @@ class DecoderAttention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        if self.q_norm is not None:
-            q, k = self._per_head_norm(self.q_norm, q), self._per_head_norm(self.k_norm, k)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)
         return self.o_proj(self.attn(q, k, v))
-
-    def _per_head_norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        t = x.shape[0]
-        return norm(x.view(t, -1, self.head_dim)).view(t, -1)
 
 
 class DenseMLP(nn.Module):
