@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     on.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (inf: all at once)")
     on.add_argument("--max-concurrency", type=int, default=256)
     on.add_argument("--vocab-size", type=int, default=32000, help="token ids are drawn below this")
+    on.add_argument("--seed", type=int, default=0, help="seeds the prompts and the arrival times")
+    on.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
+                    help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
 
 
@@ -78,18 +81,50 @@ def run_latency(args: argparse.Namespace) -> int:
     return 0
 
 
+def _served_model(base_url: str, wanted: str | None, api_key: str | None) -> str:
+    """The model to ask for, checked against the server's `/v1/models`; SystemExit if unusable."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url = f"{base_url.rstrip('/')}/v1/models"
+    try:
+        r = httpx.get(url, headers=headers, timeout=30)
+    except httpx.HTTPError as e:
+        raise SystemExit(f"bench online: cannot reach the server at {base_url}: {e}") from None
+    if r.status_code != 200:
+        raise SystemExit(f"bench online: GET {url} answered HTTP {r.status_code}: {r.text[:300]}")
+    try:
+        cards = r.json()["data"]
+    except (ValueError, KeyError, TypeError):
+        cards = []
+    if not cards:
+        raise SystemExit(f"bench online: GET {url} lists no models")
+    if wanted is None:
+        return cards[0]["id"]
+    if not any(wanted in (c.get("id"), c.get("root")) for c in cards):
+        served = ", ".join(c["id"] for c in cards)
+        raise SystemExit(f"bench online: the server at {base_url} does not serve model {wanted!r} "
+                         f"(it serves: {served})")
+    return wanted
+
+
 def run_online_cli(args: argparse.Namespace) -> int:
     import asyncio
-
-    import httpx
 
     from radixserve.bench.online import report, run_online
     from radixserve.bench.workload import random_workload
 
-    model = args.served_model or httpx.get(f"{args.base_url}/v1/models").json()["data"][0]["id"]
-    reqs = random_workload(args.num_prompts, tuple(args.input_len), tuple(args.output_len), args.vocab_size)
-    results, secs = asyncio.run(run_online(args.base_url, model, reqs, args.request_rate, args.max_concurrency))
-    print(f"online: {args.num_prompts} requests at rate {args.request_rate}/s against {args.base_url} ({model})")
+    if not args.request_rate > 0 or args.max_concurrency < 1 or args.num_prompts < 1:
+        raise SystemExit("bench online: --request-rate must be > 0, "
+                         "--max-concurrency and --num-prompts at least 1")
+    model = _served_model(args.base_url, args.served_model, args.api_key)
+    in_rng, out_rng = tuple(args.input_len), tuple(args.output_len)
+    reqs = random_workload(args.num_prompts, in_rng, out_rng, args.vocab_size, args.seed)
+    print(f"online: {args.num_prompts} requests, input {in_rng}, output {out_rng}, rate "
+          f"{args.request_rate}/s, max concurrency {args.max_concurrency}, seed {args.seed}, "
+          f"ignore_eos; {args.base_url} ({model})", flush=True)
+    results, secs = asyncio.run(run_online(args.base_url, model, reqs, args.request_rate,
+                                           args.max_concurrency, args.seed, args.api_key))
     print(report(results, secs))
     return 0 if all(r.ok for r in results) else 1
 
@@ -133,9 +168,9 @@ def run_offline(args: argparse.Namespace) -> int:
     ours = run("radixserve")
     if args.ablate:
         for label, kw in [
-            ("  overlap off", dict(env={"RADIXSERVE_DISABLE_OVERLAP": "1"})),
-            ("  cuda graphs off", dict(e=dataclasses.replace(eng, cuda_graph_max_bs=0))),
-            ("  naive cache", dict(s=dataclasses.replace(sch, cache="naive"))),
+            ("  overlap off", {"env": {"RADIXSERVE_DISABLE_OVERLAP": "1"}}),
+            ("  cuda graphs off", {"e": dataclasses.replace(eng, cuda_graph_max_bs=0)}),
+            ("  naive cache", {"s": dataclasses.replace(sch, cache="naive")}),
         ]:
             tps = run(label, **kw)
             print(f"{'':<28} {100 * (ours - tps) / tps:>+9.1f}% from the feature")

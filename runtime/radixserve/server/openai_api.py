@@ -117,7 +117,9 @@ async def _stream(d: Dispatch, first, raw: Request, head: dict, kind: str, with_
     async for i, r in d.events(first, raw):
         offset = len(choices[i].text)
         choices[i].add(r)
-        if not r.text and not r.finished and not (with_logprobs and r.logprobs):
+        # A reply with tokens is sent even when its text is empty (a character still incomplete,
+        # text held back by a stop string), as sglang does: clients time tokens, not characters.
+        if not r.text and not r.token_ids and not r.finished:
             continue
         if kind == "chat":
             lp = _chat_logprobs(r.logprobs or []) if with_logprobs else None
