@@ -37,11 +37,15 @@ def run_transformers(model, reqs: list[BenchRequest], batch_size: int, pad_id: i
             ids[j, width - len(r.input_ids):] = torch.tensor(r.input_ids)
             mask[j, width - len(r.input_ids):] = 1
         new = max(r.output_len for r in chunk)
+        t0 = time.perf_counter()
         model.generate(
             input_ids=ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=new,
             min_new_tokens=new, do_sample=False, pad_token_id=pad_id,
         )
         total += sum(r.output_len for r in chunk)
+        # this baseline runs for minutes: show each batch as it ends
+        print(f"  transformers batch {i // batch_size + 1}/{-(-len(reqs) // batch_size)}: "
+              f"{len(chunk)} requests x {new} new tokens, {time.perf_counter() - t0:.1f} s", flush=True)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start, total
