@@ -10,7 +10,7 @@ def _has_cuda() -> bool:
         import torch
 
         return torch.cuda.is_available()
-    except Exception:
+    except Exception:  # noqa: BLE001 -- any failure to probe CUDA means no GPU tier
         return False
 
 

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import kopf
 
-    import radixserve_operator.handlers
+    import radixserve_operator.handlers  # noqa: F401 -- registers the kopf handlers
 
     kopf.configure(verbose=args.verbose)
     kopf.run(**kopf_options(args))

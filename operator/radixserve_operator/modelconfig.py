@@ -162,7 +162,7 @@ def fetch_config(
         raise ModelConfigNotFound(
             f"spec.model.source {repo_id!r} is not a valid hub id: {e}"
         ) from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any fetch failure is reported on the resource
         raise ModelConfigUnavailable(
             f"cannot fetch config.json of {repo_id!r}: {type(e).__name__}: {e}"
         ) from None

@@ -5,7 +5,6 @@ import atexit
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Union
 
 from tqdm import tqdm
 
@@ -13,7 +12,7 @@ from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
 
-Prompt = Union[str, list[int]]
+Prompt = str | list[int]
 
 
 @dataclass

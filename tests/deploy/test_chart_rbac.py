@@ -132,7 +132,7 @@ def test_every_resource_the_operator_handlers_watch_is_granted(render) -> None:
     """Read from kopf's registry, so a handler added for a new resource without RBAC fails here."""
     import kopf
 
-    import radixserve_operator.handlers
+    import radixserve_operator.handlers  # noqa: F401 -- registers the kopf handlers
 
     registry = kopf.get_default_registry()
     watched = {

@@ -13,7 +13,7 @@ from radixserve.testing import write_tiny_checkpoint
 def test_rank_reads_about_half_of_a_sharded_checkpoint(tmp_path, monkeypatch) -> None:
     path = write_tiny_checkpoint("qwen3", tmp_path / "ckpt")
     with safe_open(str(path / "model.safetensors"), "pt") as f:
-        total = sum(torch.Size(f.get_slice(n).get_shape()).numel() for n in f.keys())
+        total = sum(torch.Size(f.get_slice(n).get_shape()).numel() for n in f.keys())  # noqa: SIM118 -- safe_open is not a dict
     read: list[int] = []
     real_load = lazy_weight.LazyWeight.load
     monkeypatch.setattr(lazy_weight.LazyWeight, "load", lambda self: read.append(self.shape.numel()) or real_load(self))

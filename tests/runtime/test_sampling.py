@@ -33,7 +33,7 @@ def test_same_seed_same_tokens_regardless_of_batch(llm, prompts) -> None:
     assert a != tokens(llm, prompts)  # temperature 1 is not greedy
 
 
-@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)])
+@pytest.mark.parametrize("kw", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}])
 def test_filters_leaving_one_token_equal_greedy(llm, prompts, kw) -> None:
     assert tokens(llm, prompts, temperature=1.5, seed=5, **kw) == tokens(llm, prompts)
 

@@ -112,9 +112,9 @@ def test_eos_and_stop_token_finish(path) -> None:
 
 
 @pytest.mark.parametrize("bad,field", [
-    (dict(input_ids=[]), "input_ids"),
-    (dict(input_ids=[10**7]), "input_ids"),
-    (dict(max_tokens=5000), "max_tokens"),
+    ({"input_ids": []}, "input_ids"),
+    ({"input_ids": [10**7]}, "input_ids"),
+    ({"max_tokens": 5000}, "max_tokens"),
 ])
 def test_bad_requests_rejected_with_field_name(path, bad, field) -> None:
     s = make(path, overlap=False)
@@ -125,9 +125,9 @@ def test_bad_requests_rejected_with_field_name(path, bad, field) -> None:
 
 
 @pytest.mark.parametrize("kw,field", [
-    (dict(max_tokens=0), "max_tokens"), (dict(temperature=-1.0), "temperature"),
-    (dict(top_p=0.0), "top_p"), (dict(top_k=0), "top_k"), (dict(min_p=2.0), "min_p"),
-    (dict(seed=-3), "seed"), (dict(repetition_penalty=0.0), "repetition_penalty"),
+    ({"max_tokens": 0}, "max_tokens"), ({"temperature": -1.0}, "temperature"),
+    ({"top_p": 0.0}, "top_p"), ({"top_k": 0}, "top_k"), ({"min_p": 2.0}, "min_p"),
+    ({"seed": -3}, "seed"), ({"repetition_penalty": 0.0}, "repetition_penalty"),
 ])
 def test_sampling_params_validation(kw, field) -> None:
     with pytest.raises(ValueError, match=field):

@@ -20,8 +20,8 @@ def tokens(llm: LLM) -> list[list[int]]:
 
 @pytest.mark.parametrize("arch", ["llama", "llama3", "qwen2", "qwen3", "qwen3_moe"])
 def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:
-    kw = dict(dtype="float32", device="cpu", max_prefill_length=32, page_size=4,
-              cache="naive" if arch == "qwen2" else "radix")
+    kw = {"dtype": "float32", "device": "cpu", "max_prefill_length": 32, "page_size": 4,
+          "cache": "naive" if arch == "qwen2" else "radix"}
     ref = tokens(LLM(str(tiny_ckpts[arch]), **kw))
     llm = LLM(str(tiny_ckpts[arch]), tp=2, **kw)
     try:

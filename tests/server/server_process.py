@@ -30,7 +30,7 @@ class ServerProcess:
             cmd += ["--model", str(model)]
         self.log_path = log_path
         env = os.environ | {"RADIXSERVE_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 -- open for the server's lifetime
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def log(self) -> str:

@@ -73,7 +73,7 @@ def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
         child.read_nonblocking(1, timeout=60)  # the reply has started streaming …
         child.sendintr()  # … and is cut long before its ~1000 tokens
         child.expect(TURN)
-        prompt, generated, reason = child.match.groups()
+        _, generated, reason = child.match.groups()
         assert reason == b"cancelled" and int(generated) < 1000
         _turn_any = child.expect("you> ")  # the shell is still there and answers again
         child.sendline("/exit")

@@ -16,7 +16,7 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="radixserve", description="A compact LLM serving engine.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in SUBCOMMANDS.items():
+    for module in SUBCOMMANDS.values():
         try:
             importlib.import_module(module).add_parser(sub)
         except ModuleNotFoundError as e:

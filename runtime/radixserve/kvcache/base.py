@@ -89,6 +89,6 @@ PREFIX_CACHES: Registry[type[BasePrefixCache]] = Registry("prefix cache")
 def create_prefix_cache(name: str, page_size: int, device: torch.device | str) -> BasePrefixCache:
     # Importing the implementations registers them.
     import radixserve.kvcache.naive
-    import radixserve.kvcache.radix
+    import radixserve.kvcache.radix  # noqa: F401
 
     return PREFIX_CACHES.get(name)(page_size, device)
