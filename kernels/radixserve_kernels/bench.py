@@ -34,6 +34,18 @@ def _layout(bs: int, ctx: int, page: int, hk: int, d: int, dtype: torch.dtype):
     return table, kc, vc, rows, seq
 
 
+def _flashinfer_pages(table: torch.Tensor, rows: torch.Tensor, seq: torch.Tensor, ctx: int,
+                      page: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's view of `_layout`'s requests: (page indptr, page indices, last page lengths,
+    workspace)."""
+    bs = rows.shape[0]
+    indptr = torch.arange(bs + 1, dtype=torch.int32) * -(-ctx // page)
+    idx = torch.empty(int(indptr[-1]), dtype=torch.int32, device="cuda")
+    page_indices(table, rows, seq, page, indptr.cuda(), idx)
+    last = torch.full((bs,), (ctx - 1) % page + 1, dtype=torch.int32)
+    return indptr, idx, last, torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
+
+
 def bench_decode(bs: int, ctx: int, page: int, hq: int = 16, hk: int = 8, d: int = 128) -> None:
     dtype = torch.bfloat16
     table, kc, vc, rows, seq = _layout(bs, ctx, page, hk, d, dtype)
@@ -53,11 +65,7 @@ def bench_decode(bs: int, ctx: int, page: int, hq: int = 16, hk: int = 8, d: int
     except ImportError:
         print(line, flush=True)
         return
-    indptr = torch.arange(bs + 1, dtype=torch.int32) * -(-ctx // page)
-    idx = torch.empty(int(indptr[-1]), dtype=torch.int32, device="cuda")
-    page_indices(table, rows, seq, page, indptr.cuda(), idx)
-    last = torch.full((bs,), (ctx - 1) % page + 1, dtype=torch.int32)
-    ws = torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
+    indptr, idx, last, ws = _flashinfer_pages(table, rows, seq, ctx, page)
     paged = (kc.view(-1, page, hk, d), vc.view(-1, page, hk, d))
     for tc in (False, True):
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc, backend="fa2")
@@ -81,11 +89,7 @@ def bench_extend(bs: int, new: int, prefix: int, page: int, hq: int = 16, hk: in
     except ImportError:
         print(line, flush=True)
         return
-    indptr = torch.arange(bs + 1, dtype=torch.int32) * -(-ctx // page)
-    idx = torch.empty(int(indptr[-1]), dtype=torch.int32, device="cuda")
-    page_indices(table, rows, seq, page, indptr.cuda(), idx)
-    last = torch.full((bs,), (ctx - 1) % page + 1, dtype=torch.int32)
-    ws = torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
+    indptr, idx, last, ws = _flashinfer_pages(table, rows, seq, ctx, page)
     w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa2")
     w.plan(torch.arange(bs + 1, dtype=torch.int32) * new, indptr, idx, last, hq, hk, d, page,
            causal=True, q_data_type=dtype, kv_data_type=dtype)

@@ -42,7 +42,7 @@ def graph_us(fn: Callable[[int], object], reps: int = 24, iters: int = 10) -> fl
 def skinny_us(x: torch.Tensor, ws: list[torch.Tensor], config: tuple[int, int, int, int] | None) -> float:
     chosen = gemv.skinny_gemm_config
     if config is not None:
-        gemv.skinny_gemm_config = lambda n, k: config  # type: ignore[assignment]
+        gemv.skinny_gemm_config = lambda n, k, elem_bytes: config  # type: ignore[assignment]
     try:
         return graph_us(lambda r: gemv.skinny_gemm(x, ws[r % COPIES], None))
     finally:

@@ -19,13 +19,16 @@ def skinny_gemm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return F.linear(x, weight, bias)
 
 
-def skinny_gemm_config(n: int, k: int) -> tuple[int, int, int, int]:
+def skinny_gemm_config(n: int, k: int, elem_bytes: int = 2) -> tuple[int, int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps, num_stages) for an [n, k] weight, the best of a sweep on the
-    H200 at Qwen3-0.6B's four projections (weights rotated past L2): long rows take narrow, deep
-    blocks; wide outputs take wider blocks."""
+    H200 at Qwen3-0.6B's four projections in bf16 (weights rotated past L2): long rows take
+    narrow, deep blocks; wide outputs take wider blocks. 4-byte types get half as deep a block,
+    the same bytes of shared memory."""
     if k >= 2048:
-        return 16, 512, 4, 3
-    return (64 if n >= 6144 else 32), (256 if k >= 256 else 64), 4, 4
+        block_n, block_k, stages = 16, 512, 3
+    else:
+        block_n, block_k, stages = (64 if n >= 6144 else 32), (256 if k >= 256 else 64), 4
+    return block_n, block_k * 2 // elem_bytes, 4, stages
 
 
 def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -42,9 +45,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     assert weight.is_contiguous(), "the weight must be contiguous"
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m:
-        block_n, block_k, warps, stages = skinny_gemm_config(n, k)
-        if x.element_size() == 4:  # float32 tiles take twice the shared memory
-            block_k //= 2
+        block_n, block_k, warps, stages = skinny_gemm_config(n, k, x.element_size())
         skinny_gemm_kernel[(cdiv(n, block_n),)](
             x, weight, bias if bias is not None else weight, y, m, n, k,
             x.stride(0), weight.stride(0), y.stride(0),

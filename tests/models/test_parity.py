@@ -35,7 +35,7 @@ def test_bfloat16_model_runs_in_bfloat16_and_stays_close(tiny):
     ids = list(range(5, 40))
     model, _ = load_model(tiny["llama3"], torch.bfloat16, "cpu")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
-    assert model.model.layers[0].self_attn.rotary_emb.cos.dtype == torch.float32
+    assert model.model.layers[0].self_attn.rotary_emb.cos_sin_cache.dtype == torch.float32
     logits = our_logits(model, ids)
     assert logits.dtype == torch.float32
     ref = hf_logits(tiny["llama3"], ids)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.attn_block import attend_block
+
 
 @triton.jit
 def decode_split_kernel(
@@ -37,18 +39,10 @@ def decode_split_kernel(
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         nm = offs < end
-        slots = tl.load(table_ptr + row * table_s0 + offs, mask=nm, other=0).to(tl.int64)
-        kv_mask = nm[:, None] & dm[None, :]
-        k = tl.load(k_ptr + slots[:, None] * k_s0 + kvh * k_s1 + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        s = tl.where(nm[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = attend_block(
+            q, m_i, l_i, acc, k_ptr, v_ptr, table_ptr, row, table_s0, k_s0, k_s1, v_s0, v_s1, kvh,
+            offs, nm, nm[None, :], d, dm, scale, PRECISION,
+        )
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     if NUM_SPLITS == 1:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.attn_block import attend_block
+
 
 @triton.jit
 def extend_kernel(
@@ -42,18 +44,11 @@ def extend_kernel(
     for n0 in range(0, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         nm = offs < end
-        slots = tl.load(table_ptr + row * table_s0 + offs, mask=nm, other=0).to(tl.int64)
-        kv_mask = nm[:, None] & dm[None, :]
-        k = tl.load(k_ptr + slots[:, None] * k_s0 + kvh * k_s1 + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        s = tl.where(nm[None, :] & (offs[None, :] <= q_pos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        causal = nm[None, :] & (offs[None, :] <= q_pos[:, None])
+        m_i, l_i, acc = attend_block(
+            q, m_i, l_i, acc, k_ptr, v_ptr, table_ptr, row, table_s0, k_s0, k_s1, v_s0, v_s1, kvh,
+            offs, nm, causal, d, dm, scale, PRECISION,
+        )
     out = acc / l_i[:, None]
     tl.store(o_ptr + (q_start + m)[:, None] * o_s0 + h * o_s1 + d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=mm[:, None] & dm[None, :])

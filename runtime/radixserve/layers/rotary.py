@@ -74,14 +74,6 @@ class RotaryEmbedding(nn.Module):
         if self.cos_sin_cache.device.type != "meta":
             self.on_materialized()
 
-    @property
-    def cos(self) -> torch.Tensor:
-        return self.cos_sin_cache[:, : self.head_dim // 2]
-
-    @property
-    def sin(self) -> torch.Tensor:
-        return self.cos_sin_cache[:, self.head_dim // 2 :]
-
     def on_materialized(self) -> None:
         """Fill the cache; the loader calls this after `to_empty`, which leaves buffers garbage."""
         inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim)

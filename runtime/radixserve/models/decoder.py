@@ -49,7 +49,6 @@ class DecoderAttention(nn.Module):
         self.attn = AttentionLayer(
             layer_id, self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads, head_dim
         )
-        self.head_dim = head_dim
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attend_block(
+    q, m_i, l_i, acc, k_ptr, v_ptr, table_ptr, row, table_s0, k_s0, k_s1, v_s0, v_s1, kvh,
+    offs, nm, keep, d, dm, scale, PRECISION: tl.constexpr,
+):
+    """One block of keys of the online softmax, shared by the decode and extend kernels: gather
+    the block's K and V through the page table (`offs` token positions, `nm` in range), score q
+    against K (`keep` masks scores), and fold the block into the running max `m_i`, sum `l_i` and
+    output `acc`. Returns the updated (m_i, l_i, acc)."""
+    slots = tl.load(table_ptr + row * table_s0 + offs, mask=nm, other=0).to(tl.int64)
+    kv_mask = nm[:, None] & dm[None, :]
+    k = tl.load(k_ptr + slots[:, None] * k_s0 + kvh * k_s1 + d[None, :], mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
