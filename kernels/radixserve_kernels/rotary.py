@@ -50,23 +50,39 @@ def qk_norm_rope_ref(
 def qk_norm_rope_(
     q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
     q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
+    *, v: torch.Tensor | None = None, k_cache: torch.Tensor | None = None,
+    v_cache: torch.Tensor | None = None, out_loc: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton twin of `qk_norm_rope_ref` in one launch, **in place** (q and k may be strided views
-    of a fused QKV, last dim contiguous): one kernel instead of three in every decode layer."""
+    of a fused QKV, last dim contiguous): one kernel instead of three in every decode layer.
+
+    With `v`, `k_cache`, `v_cache` and `out_loc` (all or none) the same launch also does
+    `store_kv_ref(k_cache, v_cache, k_rotated, v, out_loc)`: caches `[S, Hkv, D]`, any strides
+    with a contiguous last dim, written in their own dtype."""
     from radixserve_kernels._jit.rotary import qk_norm_rope_kernel
 
+    store = (v, k_cache, v_cache, out_loc)
+    fused_store = all(x is not None for x in store)
+    assert fused_store or all(x is None for x in store), "v, k_cache, v_cache, out_loc: all or none"
     assert q.stride(-1) == 1 and k.stride(-1) == 1, "in-place rotary needs a contiguous last dim"
     t, n_qh, d = q.shape
     n_kh = k.shape[1]
     if d % 2:
         raise ValueError(f"head_dim must be even for rotary, got {d}")
     has_norm = q_weight is not None and k_weight is not None
+    if fused_store:
+        assert v.shape == k.shape and k_cache.shape[1:] == v_cache.shape[1:] == k.shape[1:]
+        assert v.stride(-1) == k_cache.stride(-1) == v_cache.stride(-1) == 1
+    else:  # unused pointers and strides: the kernel reads none of them
+        v, k_cache, v_cache, out_loc = k, k, k, positions
     if t:
         qk_norm_rope_kernel[(t,)](
             q, k, positions, cos_sin_cache, q_weight if has_norm else q, k_weight if has_norm else k,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin_cache.stride(0),
             n_qh, n_kh, d // 2, eps,
-            HAS_NORM=has_norm, BLOCK_QH=next_pow2(n_qh), BLOCK_KH=next_pow2(n_kh),
-            BLOCK_D=next_pow2(d // 2), num_warps=4,
+            v, k_cache, v_cache, out_loc, v.stride(0), v.stride(1),
+            k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+            HAS_NORM=has_norm, STORE_KV=fused_store, BLOCK_QH=next_pow2(n_qh),
+            BLOCK_KH=next_pow2(n_kh), BLOCK_D=next_pow2(d // 2), num_warps=4,
         )
     return q, k

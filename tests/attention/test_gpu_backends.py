@@ -26,13 +26,14 @@ EXTEND = ([17, 1000, 64, 5], [1, 40, 64, 700])
 DECODE = ([0, 1, 15, 16, 63, 700, 1499, 2047], [1] * 8)
 
 
-def _compare(spec: str, dtype: torch.dtype, page: int, lens, heads, dim) -> None:
+def _compare(spec: str, dtype: torch.dtype, page: int, lens, heads, dim,
+             kv_stored: bool = False) -> None:
     from radixserve.attention import create_attn_backend
     from radixserve.attention.torch_backend import TorchBackend
 
     cfg, batch, q, k, v = backend_case("cuda", dtype, page, *lens, heads, dim, seed=page)
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
-    got = run_backend(create_attn_backend(spec, cfg), batch, q, k, v)
+    got = run_backend(create_attn_backend(spec, cfg), batch, q, k, v, kv_stored=kv_stored)
     for g, w in zip(got, want):
         assert g.dtype == q.dtype and g.shape == q.shape
         torch.testing.assert_close(g.float(), w.float(), rtol=TOL[dtype], atol=TOL[dtype])
@@ -50,6 +51,14 @@ def test_backend_matches_torch(spec: str, dtype: torch.dtype, page: int, lens) -
 @pytest.mark.parametrize("lens", [EXTEND, DECODE], ids=["extend", "decode"])
 def test_backend_gqa4_head_dim_64(spec: str, lens) -> None:
     _compare(spec, torch.bfloat16, 16, lens, (32, 8), 64)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lens", [EXTEND, DECODE], ids=["extend", "decode"])
+def test_backend_attends_over_kv_already_stored(spec: str, dtype: torch.dtype, lens) -> None:
+    """forward(q, None, None): the new k/v were stored beforehand, as the fused rotary does."""
+    _compare(spec, dtype, 16, lens, (16, 8), 128, kv_stored=True)
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -122,6 +122,50 @@ def check_qk_norm_rope(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[i
         assert torch.equal(qkv[:, (hq + hk) * dim :], v_before)
 
 
+def check_qk_norm_rope_store_kv(dev: str, dtype: torch.dtype, tokens: int,
+                                heads: tuple[int, int], dim: int, inv_freq: torch.Tensor) -> None:
+    """The fused KV store: q/k rotated in place as without it, and the caches (bf16, padded
+    strides) hold exactly what `store_kv_ref` of the rotated k and of v writes at a shuffled
+    out_loc; every other row unchanged."""
+    from radixserve_kernels import (
+        build_cos_sin_cache,
+        qk_norm_rope_,
+        qk_norm_rope_ref,
+        store_kv_ref,
+    )
+
+    gen = torch.Generator().manual_seed(tokens * dim)
+    hq, hk = heads
+    cache = build_cos_sin_cache(inv_freq, 4096).to(dev)
+    pos = torch.randint(0, 4096, (tokens,), generator=gen).to(dev)
+    qw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
+    kw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
+    slots = 3 * tokens + 5
+    k_cache = torch.randn(slots, hk, dim + 8, generator=gen).bfloat16().to(dev)[..., :dim]
+    v_cache = torch.randn(slots, hk + 1, dim, generator=gen).bfloat16().to(dev)[:, 1:]
+    loc = torch.randperm(slots, generator=gen)[:tokens].to(dev)
+    untouched = torch.ones(slots, dtype=torch.bool, device=dev)
+    untouched[loc] = False
+    kc_before, vc_before = k_cache.clone(), v_cache.clone()
+    qkv = (3 * torch.randn(tokens, (hq + 2 * hk) * dim, generator=gen)).to(dtype).to(dev)
+    q, k, v = (x.view(tokens, -1, dim) for x in qkv.split([hq * dim, hk * dim, hk * dim], dim=1))
+    want_q, want_k = qk_norm_rope_ref(q.clone(), k.clone(), pos, cache, qw, kw, 1e-6)
+    want_kc, want_vc = k_cache.clone(), v_cache.clone()
+    store_kv_ref(want_kc, want_vc, want_k, v, loc)
+
+    qk_norm_rope_(q, k, pos, cache, qw, kw, 1e-6, v=v, k_cache=k_cache, v_cache=v_cache, out_loc=loc)
+    close(q, want_q, dtype, scale=4)
+    close(k, want_k, dtype, scale=4)
+    close(k_cache, want_kc, torch.bfloat16, scale=4)
+    close(v_cache, want_vc, torch.bfloat16)
+    if dev == "cuda" or dtype == torch.bfloat16:  # the interpreter truncates fp32 -> bf16 casts
+        assert torch.equal(k_cache[loc], k.bfloat16()) and torch.equal(v_cache[loc], v.bfloat16())
+    assert torch.equal(k_cache[untouched], kc_before[untouched])
+    assert torch.equal(v_cache[untouched], vc_before[untouched])
+    with pytest.raises(AssertionError, match="all or none"):
+        qk_norm_rope_(q, k, pos, cache, qw, kw, 1e-6, v=v, k_cache=k_cache)
+
+
 def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int) -> None:
     """Every row count up to 16, odd sizes (masked tails), a strided x, with and without bias."""
     from radixserve_kernels import skinny_gemm, skinny_gemm_ref
@@ -267,6 +311,14 @@ def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int]
     return cfg, batch, q, k, v
 
 
-def run_backend(backend, batch, q, k, v, layers: int = 2) -> list[torch.Tensor]:
+def run_backend(backend, batch, q, k, v, layers: int = 2, kv_stored: bool = False) -> list[torch.Tensor]:
+    """Each layer's output. `kv_stored`: k/v go into the pool first, as the fused rotary kernel
+    stores them, and the backend gets None for them."""
     backend.prepare(batch)
-    return [backend.forward(q, k, v, layer, batch) for layer in range(layers)]
+    outs = []
+    for layer in range(layers):
+        if kv_stored:
+            backend.cfg.kv_pool.store_kv(k, v, batch.out_loc, layer)
+        new_kv = (None, None) if kv_stored else (k, v)
+        outs.append(backend.forward(q, *new_kv, layer, batch))
+    return outs

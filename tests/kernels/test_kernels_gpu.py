@@ -42,6 +42,13 @@ def test_qk_norm_rope_in_place(dtype: torch.dtype, heads: tuple[int, int], dim: 
     kc.check_qk_norm_rope("cuda", dtype, tokens=300, heads=heads, dim=dim, inv_freq=inv_freq)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((9, 3), 64)])
+def test_qk_norm_rope_stores_kv(dtype: torch.dtype, heads: tuple[int, int], dim: int) -> None:
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, dim, 2).float() / dim))
+    kc.check_qk_norm_rope_store_kv("cuda", dtype, tokens=300, heads=heads, dim=dim, inv_freq=inv_freq)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (100, 70)])
 def test_skinny_gemm_qwen3_shapes(dtype: torch.dtype, n: int, k: int) -> None:
@@ -61,6 +68,8 @@ def test_decode_attention(dtype: torch.dtype, page: int, heads: tuple[int, int],
     seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
     kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16])
     kc.check_decode("cuda", dtype, [1500], heads, dim, page, splits=[None, 1])
+    big = torch.randint(1, 2048, (100,), generator=gen).tolist()  # > 64 requests: 128-key blocks
+    kc.check_decode("cuda", dtype, big, heads, dim, page, splits=[None, 2])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

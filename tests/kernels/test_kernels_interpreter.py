@@ -37,6 +37,12 @@ def test_qk_norm_rope_in_place(dtype: torch.dtype) -> None:
     kc.check_qk_norm_rope("cpu", dtype, tokens=5, heads=(4, 2), dim=32, inv_freq=inv_freq)
 
 
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_qk_norm_rope_stores_kv(dtype: torch.dtype) -> None:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
+    kc.check_qk_norm_rope_store_kv("cpu", dtype, tokens=6, heads=(4, 2), dim=32, inv_freq=inv_freq)
+
+
 @pytest.mark.parametrize("dtype", MATMUL)
 def test_skinny_gemm(dtype: torch.dtype) -> None:
     kc.check_skinny_gemm("cpu", dtype, rows=[1, 3, 16], n=40, k=300)

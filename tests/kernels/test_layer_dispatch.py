@@ -5,13 +5,13 @@ transformers.)"""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from tests.kernels.kernel_cases import interpreter_only
-from tests.models.helpers import our_logits
 
 pytestmark = interpreter_only
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 130, 64, 11, 200, 19, 88, 301, 6, 45]
@@ -64,22 +64,85 @@ def test_cpu_tensors_take_the_torch_path_even_when_interpreting() -> None:
     assert not kernel_path.use_triton(torch.zeros(1))
 
 
+@torch.inference_mode()
+def pooled_logits(model, ids: list[int]):
+    """(logits, KV pool) of one prefill through the torch backend and a real KV pool, which the
+    kernel path fills from the rotary kernel and the torch path through `pool.store_kv`."""
+    from tests.models.helpers import one_request_batch
+
+    from radixserve.attention.base import AttnConfig
+    from radixserve.attention.torch_backend import TorchBackend
+    from radixserve.engine.context import forward_batch
+    from radixserve.kvcache.pool import MHAKVPool
+    from radixserve.models import hf_config as hc
+
+    cfg, n = model.hf_config, len(ids)
+    hq, hk, d = cfg.num_attention_heads, hc.num_kv_heads(cfg), hc.head_dim(cfg)
+    pool = MHAKVPool(cfg.num_hidden_layers, n + 3, 1, hk, d, torch.float32, "cpu")
+    table = torch.zeros(1, n, dtype=torch.int32)
+    table[0] = torch.randperm(n + 3, generator=torch.Generator().manual_seed(n))[:n]
+    batch = dataclasses.replace(one_request_batch(ids), out_loc=table[0].long())
+    backend = TorchBackend(AttnConfig(hq, hk, d, 1, pool, table, torch.device("cpu"), torch.float32))
+    backend.prepare(batch)
+    with forward_batch(batch, backend):
+        hidden = model(batch.input_ids, batch.positions)
+    return model.compute_logits(hidden), pool
+
+
 @pytest.mark.parametrize("arch", ["llama3", "qwen3", "qwen3_moe"])
 def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> None:
     from radixserve.models.loader import load_model
 
     model, _ = load_model(ckpts[arch], torch.float32, "cpu")
-    want = our_logits(model, PROMPT)
+    want, want_pool = pooled_logits(model, PROMPT)
     calls = request.getfixturevalue("kernels_on")
-    got = our_logits(model, PROMPT)
+    got, got_pool = pooled_logits(model, PROMPT)
     expected = SPARSE if arch == "qwen3_moe" else DENSE
     assert {n for n, c in calls.items() if c} == expected
-    # one rotary per layer, which also does qwen3's per-head q/k norms; every other norm but
-    # the first layer's input norm carries the residual add
+    # one rotary per layer, which also does qwen3's per-head q/k norms and stores k/v in the
+    # pool (so no store_kv launch); every other norm but the first layer's input norm carries
+    # the residual add
     layers = model.hf_config.num_hidden_layers
-    assert calls["qk_norm_rope_"] == layers
+    assert calls["qk_norm_rope_"] == layers and calls["store_kv"] == 0
     assert calls["rms_norm"] == 1
+    torch.testing.assert_close(got_pool._kv, want_pool._kv, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_layer_stores_kv_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RotaryEmbedding` with a KV destination: the kernel (in place, one launch) and the torch
+    path give the same q, k and caches; cache rows outside out_loc stay as they were."""
+    from types import SimpleNamespace
+
+    from radixserve.layers.attention import KVDestination
+    from radixserve.layers.norm import RMSNorm
+    from radixserve.layers.rotary import RotaryEmbedding
+    from radixserve.utils import kernel_path
+
+    gen = torch.Generator().manual_seed(1)
+    rope = RotaryEmbedding(SimpleNamespace(rope_theta=1e4, rope_scaling=None), 16, 64)
+    q_norm, k_norm = RMSNorm(16, 1e-6), RMSNorm(16, 1e-6)
+    for norm in (q_norm, k_norm):
+        norm.weight.data = 1 + 0.3 * torch.randn(16, generator=gen)
+    qkv = torch.randn(5, (4 + 2 * 2) * 16, generator=gen)
+    pos, loc = torch.tensor([0, 3, 9, 63, 17]), torch.tensor([11, 2, 7, 0, 5])
+    caches = torch.randn(1, 2, 12, 2, 16, generator=gen).repeat(2, 1, 1, 1, 1)  # [path, k|v, slot, ...]
+    before = caches.clone()
+    outs = []
+    for path, triton in enumerate((False, True)):
+        monkeypatch.setattr(kernel_path, "use_triton", lambda t, on=triton: on)
+        q, k, v = qkv.clone().split([64, 32, 32], dim=1)
+        dest = KVDestination(caches[path, 0], caches[path, 1], loc)
+        outs.append(rope(pos, q, k, q_norm, k_norm, v, dest))
+    for got, want in zip(outs[1], outs[0]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[1], caches[0], rtol=1e-5, atol=1e-5)
+    k_want = outs[0][1].view(5, 2, 16)
+    assert torch.equal(caches[0, 0, loc], k_want)
+    assert torch.equal(caches[:, 1, loc], qkv[:, 96:].view(1, 5, 2, 16).expand(2, -1, -1, -1))
+    others = torch.ones(12, dtype=torch.bool)
+    others[loc] = False
+    assert torch.equal(caches[:, :, others], before[:, :, others])
 
 
 def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:
@@ -98,8 +161,8 @@ def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:
 
 
 def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
-    """The whole engine on CPU (torch attention backend, so KV goes through `pool.store_kv`),
-    prefill in chunks then decode: the same tokens with the kernels as without."""
+    """The whole engine on CPU (torch attention backend; the rotary kernel stores KV, not
+    `pool.store_kv`), prefill in chunks then decode: the same tokens with the kernels as without."""
     from radixserve import LLM, SamplingParams
 
     sp = SamplingParams(max_tokens=3, ignore_eos=True)
@@ -113,7 +176,7 @@ def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
     want = run()
     calls = request.getfixturevalue("kernels_on")
     assert run() == want
-    assert calls["store_kv"] > 0 and calls["fused_moe"] > 0
+    assert calls["store_kv"] == 0 and calls["qk_norm_rope_"] > 0 and calls["fused_moe"] > 0
 
 
 def test_linear_streams_few_16bit_rows_through_the_skinny_kernel(monkeypatch) -> None:

@@ -17,15 +17,16 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("page,kv_stored", [(1, False), (16, False), (16, True)])
 @pytest.mark.parametrize("case", list(CASES))
-def test_triton_backend_matches_torch(case: str, page: int) -> None:
+def test_triton_backend_matches_torch(case: str, page: int, kv_stored: bool) -> None:
+    """`kv_stored`: the new k/v are in the pool already (the fused rotary kernel's way)."""
     from radixserve.attention.torch_backend import TorchBackend
     from radixserve.attention.triton_backend import TritonBackend
 
     cfg, batch, q, k, v = backend_case("cpu", torch.float32, page, *CASES[case], (4, 2), 16, seed=page)
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
-    got = run_backend(TritonBackend(cfg), batch, q, k, v)
+    got = run_backend(TritonBackend(cfg), batch, q, k, v, kv_stored=kv_stored)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 

@@ -21,14 +21,20 @@ class DenseCausalBackend(BaseAttnBackend):
         assert batch.bs == 1 and batch.prefix_lens_cpu == [0]
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+        self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer_id: int,
+        batch: Batch,
     ) -> torch.Tensor:
+        """Attends over the k/v handed in: there is no pool to store them in or read them from."""
+        assert k is not None and v is not None, "DenseCausalBackend has no KV pool"
         groups = q.shape[1] // k.shape[1]
         k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
         )
         return out.transpose(0, 1)
+
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError("DenseCausalBackend has no KV pool: pass k/v to forward")
 
 
 def one_request_batch(ids: list[int]) -> Batch:
@@ -53,7 +59,7 @@ def our_logits(model: BaseCausalLM, ids: list[int]) -> torch.Tensor:
     backend.prepare(batch)
     with forward_batch(batch, backend):
         hidden = model(batch.input_ids, batch.positions)
-    return model.compute_logits(hidden)
+    return model.compute_logits(hidden).float()
 
 
 @torch.inference_mode()

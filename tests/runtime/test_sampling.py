@@ -78,3 +78,23 @@ def test_logprobs_are_log_softmax_of_logits(llm) -> None:
     assert o.logprob == pytest.approx(o.top_logprobs[0][1])
     assert [lp for _, lp in o.top_logprobs] == sorted((lp for _, lp in o.top_logprobs), reverse=True)
     assert sum(torch.tensor([lp for _, lp in o.top_logprobs]).exp()) <= 1.0 + 1e-5
+
+
+def test_model_dtype_logits_are_sampled_in_float32() -> None:
+    """The engine hands over bfloat16 logits; greedy rows pick the float32 argmax and logprobs
+    are computed after widening (bfloat16 log-softmax would be off by ~1e-2)."""
+    from radixserve.engine.sampler import Sampler
+    from radixserve.scheduler.req import Req
+
+    logits = (torch.randn(2, 500, generator=torch.Generator().manual_seed(0)) * 4).bfloat16()
+    reqs = [Req(0, [1], SamplingParams()), Req(1, [1], SamplingParams(logprobs=3))]
+    greedy = Sampler(torch.device("cpu")).sample(logits[:1].clone(), reqs[:1])
+    res = Sampler(torch.device("cpu")).sample(logits.clone(), reqs)
+    want_tokens = logits.float().argmax(-1)
+    assert greedy.tokens.tolist() == want_tokens[:1].tolist()
+    assert res.tokens.tolist() == want_tokens.tolist()
+    want_lp = torch.log_softmax(logits.float(), -1)
+    assert res.chosen_logprob is not None and res.top_logprobs is not None
+    assert res.chosen_logprob.dtype == torch.float32
+    torch.testing.assert_close(res.chosen_logprob, want_lp.gather(1, want_tokens[:, None])[:, 0])
+    torch.testing.assert_close(res.top_logprobs, want_lp.topk(3, -1).values)

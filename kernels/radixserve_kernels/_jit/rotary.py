@@ -8,7 +8,7 @@ import triton.language as tl
 def _norm_rotate_heads(ptr, s_t, s_h, t, n_heads, w_ptr, cos, sin, half, eps,
                        HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
     """In place: per-head RMSNorm (optional), then the rotation, each product and sum
-    rounded to the model dtype, as transformers' eager rotary does."""
+    rounded to the model dtype, as transformers' eager rotary does. Returns the stored halves."""
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
     mask = (h[:, None] < n_heads) & (d[None, :] < half)
@@ -27,16 +27,27 @@ def _norm_rotate_heads(ptr, s_t, s_h, t, n_heads, w_ptr, cos, sin, half, eps,
     b1 = (x2 * sin).to(ty).to(tl.float32)
     a2 = (x2 * cos).to(ty).to(tl.float32)
     b2 = (x1 * sin).to(ty).to(tl.float32)
-    tl.store(ptr + off, (a1 - b1).to(ty), mask=mask)
-    tl.store(ptr + off + half, (a2 + b2).to(ty), mask=mask)
+    y1, y2 = (a1 - b1).to(ty), (a2 + b2).to(ty)
+    tl.store(ptr + off, y1, mask=mask)
+    tl.store(ptr + off + half, y2, mask=mask)
+    return y1, y2
+
+
+@triton.jit
+def _store_row(c_ptr, off, half, x1, x2, mask):
+    """Both halves of one token's heads into a cache row, cast to the cache dtype."""
+    ty = c_ptr.dtype.element_ty
+    tl.store(c_ptr + off, x1.to(ty), mask=mask)
+    tl.store(c_ptr + off + half, x2.to(ty), mask=mask)
 
 
 @triton.jit
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, pos_ptr, cache_ptr, qw_ptr, kw_ptr,
     q_st, q_sh, k_st, k_sh, cache_s0, n_qh, n_kh, half, eps,
-    HAS_NORM: tl.constexpr, BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    v_ptr, kc_ptr, vc_ptr, loc_ptr, v_st, v_sh, kc_s0, kc_s1, vc_s0, vc_s1,
+    HAS_NORM: tl.constexpr, STORE_KV: tl.constexpr, BLOCK_QH: tl.constexpr,
+    BLOCK_KH: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -47,5 +58,14 @@ def qk_norm_rope_kernel(
     sin = tl.load(cache_ptr + pos * cache_s0 + half + d, mask=dm, other=0.0).to(ty).to(tl.float32)
     _norm_rotate_heads(q_ptr, q_st, q_sh, t, n_qh, qw_ptr, cos[None, :], sin[None, :], half, eps,
                        HAS_NORM, BLOCK_QH, BLOCK_D)
-    _norm_rotate_heads(k_ptr, k_st, k_sh, t, n_kh, kw_ptr, cos[None, :], sin[None, :], half, eps,
-                       HAS_NORM, BLOCK_KH, BLOCK_D)
+    k1, k2 = _norm_rotate_heads(k_ptr, k_st, k_sh, t, n_kh, kw_ptr, cos[None, :], sin[None, :],
+                                half, eps, HAS_NORM, BLOCK_KH, BLOCK_D)
+    if STORE_KV:  # the rotated k and the untouched v into the KV cache row out_loc[t]
+        slot = tl.load(loc_ptr + t).to(tl.int64)
+        h = tl.arange(0, BLOCK_KH)[:, None]
+        mask = (h < n_kh) & dm[None, :]
+        _store_row(kc_ptr, slot * kc_s0 + h * kc_s1 + d[None, :], half, k1, k2, mask)
+        v_off = t * v_st + h * v_sh + d[None, :]
+        v1 = tl.load(v_ptr + v_off, mask=mask)
+        v2 = tl.load(v_ptr + v_off + half, mask=mask)
+        _store_row(vc_ptr, slot * vc_s0 + h * vc_s1 + d[None, :], half, v1, v2, mask)

@@ -38,13 +38,22 @@ class BaseAttnBackend(ABC):
     def prepare(self, batch: Batch) -> None:
         """Build `batch.attn_metadata` once per batch, before the model's forward."""
 
-    @abstractmethod
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+        self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer_id: int,
+        batch: Batch,
     ) -> torch.Tensor:
         """q [T, Hq, D], k/v [T, Hkv, D] for the batch's new tokens. Stores k/v into the KV pool at
-        `batch.out_loc`, then returns causal attention output [T, Hq, D] over each request's whole
-        KV (cached prefix + new tokens)."""
+        `batch.out_loc`, then returns `attend`'s output. k and v None: the pool already holds them
+        there (on CUDA the rotary kernel stores them in the same launch)."""
+        if k is not None:
+            assert v is not None, "k and v come together"
+            self.cfg.kv_pool.store_kv(k, v, batch.out_loc, layer_id)
+        return self.attend(q, layer_id, batch)
+
+    @abstractmethod
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        """Causal attention output [T, Hq, D] of q [T, Hq, D] over each request's whole KV in the
+        pool (cached prefix + the new tokens, already stored at `batch.out_loc`)."""
 
     @property
     def supports_cuda_graph(self) -> bool:

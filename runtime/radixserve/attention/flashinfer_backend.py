@@ -112,17 +112,12 @@ class FlashInferBackend(BaseAttnBackend):
             return self._fallback.prepare(batch)
         self._plan(self._decode if batch.is_decode else self._prefill, batch, None)
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
-    ) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         if self._fallback is not None:
-            return self._fallback.forward(q, k, v, layer_id, batch)
-        from radixserve_kernels import store_kv
-
+            return self._fallback.attend(q, layer_id, batch)
         md: FlashInferMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool, p = self.cfg.kv_pool, self.cfg.page_size
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
-        store_kv(k_cache, v_cache, k, v, batch.out_loc)
         paged = (k_cache.view(-1, p, *k_cache.shape[1:]), v_cache.view(-1, p, *v_cache.shape[1:]))
         return md.wrapper.run(q.contiguous(), paged)
 

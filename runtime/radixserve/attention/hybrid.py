@@ -1,4 +1,5 @@
-"""One backend for prefill, another for decode (e.g. `--attn flashinfer,triton`)."""
+"""One backend for prefill, another for decode (e.g. `--attn flashinfer,triton`), over one KV pool:
+the inherited `forward` stores k/v, the picked backend attends."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -22,10 +23,8 @@ class HybridBackend(BaseAttnBackend):
     def prepare(self, batch: Batch) -> None:
         self._pick(batch).prepare(batch)
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
-    ) -> torch.Tensor:
-        return self._pick(batch).forward(q, k, v, layer_id, batch)
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        return self._pick(batch).attend(q, layer_id, batch)
 
     # CUDA graphs only ever capture decode batches
     @property

@@ -46,12 +46,9 @@ class TorchBackend(BaseAttnBackend):
         tok_pos = torch.arange(int(ext_t.sum()), device=dev) - starts[tok_req]
         batch.attn_metadata = TorchMetadata(kv_idx, mask[:, None], tok_req, tok_pos, max_q)
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
-    ) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         md: TorchMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool = self.cfg.kv_pool
-        pool.store_kv(k, v, batch.out_loc, layer_id)
         keys = pool.k_cache(layer_id)[md.kv_idx].transpose(1, 2)  # [bs, Hkv, Lk, D]
         vals = pool.v_cache(layer_id)[md.kv_idx].transpose(1, 2)
         bs, hq, d = len(batch.seq_lens_cpu), q.shape[1], q.shape[2]

@@ -47,15 +47,12 @@ class TritonBackend(BaseAttnBackend):
             batch.req_rows, batch.seq_lens, ext, qo_start, max(batch.extend_lens_cpu), 0
         )
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
-    ) -> torch.Tensor:
-        from radixserve_kernels import decode_attention, extend_attention, store_kv
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        from radixserve_kernels import decode_attention, extend_attention
 
         md: TritonMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool, cfg = self.cfg.kv_pool, self.cfg
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
-        store_kv(k_cache, v_cache, k, v, batch.out_loc)
         if md.extend_lens is None:
             return decode_attention(
                 q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, cfg.scale,

@@ -95,7 +95,7 @@ class Engine:
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
-        """float32 logits [bs, vocab] of each request's last token in the batch."""
+        """Logits [bs, vocab] (model dtype) of each request's last token in the batch."""
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.run(batch)
         hidden = self.forward_hidden(batch)

@@ -1,12 +1,34 @@
 """The attention call inside a decoder layer: hands q/k/v to the backend of the forward context,
-which also stores k/v in the KV pool."""
+which stores k/v in the KV pool unless a kernel already did (see `kv_destination`)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import nn
 
 from radixserve.engine.context import get_context
+
+if TYPE_CHECKING:
+    from radixserve.attention.base import BaseAttnBackend
+    from radixserve.engine.batch import Batch
+
+
+class KVDestination(NamedTuple):
+    """Where a layer's new k/v go: rows `out_loc` [T] of caches [S, Hkv, D]."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    out_loc: torch.Tensor
+
+
+def _running() -> tuple[BaseAttnBackend, Batch]:
+    ctx = get_context()
+    assert ctx.attn_backend is not None and ctx.batch is not None, (
+        "model run outside forward_batch"
+    )
+    return ctx.attn_backend, ctx.batch
 
 
 class AttentionLayer(nn.Module):
@@ -16,18 +38,23 @@ class AttentionLayer(nn.Module):
         self.layer_id = layer_id
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q [T, Hq*D], k/v [T, Hkv*D] -> [T, Hq*D]."""
-        ctx = get_context()
-        assert ctx.attn_backend is not None and ctx.batch is not None, (
-            "model run outside forward_batch"
-        )
+    def kv_destination(self) -> KVDestination:
+        """This layer's KV-pool caches and the batch's slots, for a kernel that stores k/v itself
+        (then `forward(..., kv_stored=True)`). Under CUDA-graph capture `batch.out_loc` is the
+        graph's static buffer, so each replay stores where its batch says."""
+        backend, batch = _running()
+        pool = backend.cfg.kv_pool
+        return KVDestination(pool.k_cache(self.layer_id), pool.v_cache(self.layer_id), batch.out_loc)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False
+    ) -> torch.Tensor:
+        """q [T, Hq*D], k/v [T, Hkv*D] -> [T, Hq*D]. `kv_stored`: k/v are already at
+        `kv_destination()`, so the backend only attends."""
+        backend, batch = _running()
         t, d = q.shape[0], self.head_dim
-        out = ctx.attn_backend.forward(
-            q.view(t, self.num_heads, d),
-            k.view(t, self.num_kv_heads, d),
-            v.view(t, self.num_kv_heads, d),
-            self.layer_id,
-            ctx.batch,
+        kv = (None, None) if kv_stored else (
+            k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
         )
+        out = backend.forward(q.view(t, self.num_heads, d), *kv, self.layer_id, batch)
         return out.reshape(t, self.num_heads * d)

@@ -45,8 +45,10 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    """Projects hidden states to float32 logits over the full vocabulary on every rank. When the
-    embeddings are tied, the model points `weight` at the embedding's parameter (see `tie_to`)."""
+    """Projects hidden states to logits over the full vocabulary on every rank, in the model's
+    dtype as transformers returns them (the sampler widens them to float32 only when it needs
+    to: a greedy argmax picks the same token either way). When the embeddings are tied, the model
+    points `weight` at the embedding's parameter (see `tie_to`)."""
 
     def tie_to(self, embedding: VocabParallelEmbedding) -> None:
         assert embedding.weight.shape == self.weight.shape
@@ -56,4 +58,4 @@ class ParallelLMHead(VocabParallelEmbedding):
         logits = F.linear(hidden, self.weight)
         if self.tp.size > 1:
             logits = get_comm().all_gather(logits, dim=-1)[..., : self.num_embeddings]
-        return logits.float()
+        return logits

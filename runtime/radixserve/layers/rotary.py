@@ -5,14 +5,17 @@ kernel package's helper, the layout its Triton kernel reads on CUDA)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from radixserve.layers.norm import RMSNorm
 from radixserve.utils import kernel_path
-from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_
+from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_, store_kv_ref
+
+if TYPE_CHECKING:
+    from radixserve.layers.attention import KVDestination
 
 # These change frequencies with the running sequence length; a fixed cache cannot express them.
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -82,19 +85,26 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
         q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None,
+        v: torch.Tensor | None = None, kv_dest: KVDestination | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, Hq*D], k [T, Hk*D] (last dim contiguous) -> rotated q, k. With
-        `q_norm`/`k_norm` (Qwen3's per-head RMSNorms) each head is normalised first. On CUDA one
-        Triton kernel does it all in place (three launches fewer per layer)."""
+        """positions [T]; q [T, Hq*D], k/v [T, Hk*D] (last dim contiguous) -> rotated q, k. With
+        `q_norm`/`k_norm` (Qwen3's per-head RMSNorms) each head is normalised first. With
+        `kv_dest`, the rotated k and `v` are also stored there. On CUDA one Triton kernel does it
+        all, q and k in place (four launches fewer per layer)."""
         (t, qw), kw, d = q.shape, k.shape[1], self.head_dim
         q3, k3 = q.view(t, qw // d, d), k.view(t, kw // d, d)
+        assert kv_dest is None or v is not None, "storing k/v needs v"
+        v3 = None if v is None else v.view(t, kw // d, d)
         if kernel_path.use_triton(q):
             eps = q_norm.eps if q_norm is not None else 0.0
+            store = {} if kv_dest is None else {"v": v3, **kv_dest._asdict()}
             qk_norm_rope_(q3, k3, positions, self.cos_sin_cache,
                           None if q_norm is None else q_norm.weight,
-                          None if k_norm is None else k_norm.weight, eps)
+                          None if k_norm is None else k_norm.weight, eps, **store)
             return q, k
         if q_norm is not None and k_norm is not None:
             q3, k3 = q_norm(q3), k_norm(k3)
         q3, k3 = apply_rotary_ref(q3, k3, positions, self.cos_sin_cache)
+        if kv_dest is not None:
+            store_kv_ref(kv_dest.k_cache, kv_dest.v_cache, k3, v3, kv_dest.out_loc)
         return q3.reshape(t, qw), k3.reshape(t, kw)

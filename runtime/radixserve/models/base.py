@@ -19,7 +19,7 @@ class BaseCausalLM(nn.Module, ABC):
 
     @abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, H] -> float32 logits [N, vocab] over the full vocabulary on every rank."""
+        """hidden [N, H] -> logits [N, vocab] (model dtype) over the full vocabulary on every rank."""
 
     @abstractmethod
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -24,6 +24,7 @@ from radixserve.layers import (
 from radixserve.models import hf_config as hc
 from radixserve.models.base import BaseCausalLM
 from radixserve.models.weights import WeightNameMap, load_named_weights
+from radixserve.utils import kernel_path
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,10 @@ class DecoderAttention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)
-        return self.o_proj(self.attn(q, k, v))
+        # on the kernel path the rotary launch also stores k/v in the KV pool (one launch fewer)
+        dest = self.attn.kv_destination() if kernel_path.use_triton(q) else None
+        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm, v, dest)
+        return self.o_proj(self.attn(q, k, v, kv_stored=dest is not None))
 
 
 class DenseMLP(nn.Module):
