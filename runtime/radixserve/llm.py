@@ -70,20 +70,10 @@ class LLM:
         """Stop tensor-parallel followers (a no-op at TP=1)."""
         if not self._followers:
             return
-        from radixserve.distributed.torch_comm import shutdown_tp
-        from radixserve.scheduler.tp_launch import remove_rendezvous
+        from radixserve.scheduler.tp_launch import stop_group
 
-        try:
-            if all(p.is_alive() for p in self._followers):
-                self.scheduler.shutdown()
-        finally:
-            for p in self._followers:
-                p.join(timeout=30)
-                if p.is_alive():
-                    p.kill()
-            self._followers = []
-            shutdown_tp()
-            remove_rendezvous(self._rendezvous)
+        followers, self._followers = self._followers, []
+        stop_group(self.scheduler, followers, self._rendezvous)
 
     def encode(self, prompt: Prompt, chat: bool) -> list[int]:
         if not isinstance(prompt, str):

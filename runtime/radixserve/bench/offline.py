@@ -8,8 +8,10 @@ import time
 import torch
 
 from radixserve.bench.workload import BenchRequest
+from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.scheduler.tp_launch import scheduler_group
 
 
 def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> tuple[float, int]:
@@ -29,21 +31,24 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> 
 
 def describe(sched: Scheduler) -> str:
     eng = sched.engine
-    return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, attn {type(eng.attn_backend).__name__}, "
+    tp = f"tp {eng.cfg.tp}, " if eng.cfg.tp > 1 else ""
+    return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, {tp}attn {type(eng.attn_backend).__name__}, "
             f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
             f"cache {sched.cfg.cache}, page {eng.page_size}")
 
 
-def bench_config(sched_factory, reqs: list[BenchRequest], warmup: int) -> tuple[float, str]:
-    """Build a scheduler, warm it on the first `warmup` requests, then time the whole workload:
-    (output tokens/s, what ran)."""
-    sched = sched_factory()
-    if warmup:
-        run_scheduler(sched, reqs[:warmup], uid0=10**9)
-    secs, toks = run_scheduler(sched, reqs)
-    assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
-    desc = describe(sched)
-    del sched
+def bench_config(
+    eng: EngineConfig, sch: SchedulerConfig, reqs: list[BenchRequest], warmup: int
+) -> tuple[float, str]:
+    """Start a scheduler (a TP group at `eng.tp` > 1), warm it on the first `warmup` requests,
+    then time the whole workload: (output tokens/s, what ran)."""
+    with scheduler_group(eng, sch) as sched:
+        if warmup:
+            run_scheduler(sched, reqs[:warmup], uid0=10**9)
+        secs, toks = run_scheduler(sched, reqs)
+        assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
+        desc = describe(sched)
+        del sched
     gc.collect()  # the engine and its graph runner refer to each other
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

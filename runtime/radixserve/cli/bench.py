@@ -46,6 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
 
+    ar = bsub.add_parser("allreduce", help="NCCL all-reduce time per decode step (CUDA graphs)")
+    ar.add_argument("--tp", type=int, default=2, help="GPUs (one process each)")
+    ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    ar.add_argument("--hidden", type=int, default=5120, help="hidden size (default: Qwen3-14B)")
+    ar.add_argument("--layers", type=int, default=40, help="layers per decode step (2 all-reduces each)")
+    ar.set_defaults(func=run_allreduce)
+
 
 def _engine_configs(args: argparse.Namespace):
     import dataclasses
@@ -78,6 +85,18 @@ def run_latency(args: argparse.Namespace) -> int:
     for i, bs in enumerate(args.batch_sizes):
         ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
         print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s")
+    return 0
+
+
+def run_allreduce(args: argparse.Namespace) -> int:
+    from radixserve.bench.allreduce import AllReduceBench, require_devices, run_allreduce_bench
+
+    try:
+        bench = AllReduceBench(args.tp, tuple(args.batch_sizes), args.hidden, args.layers)
+        require_devices(bench.tp)
+    except (ValueError, RuntimeError) as e:
+        raise SystemExit(f"bench allreduce: {e}") from None
+    run_allreduce_bench(bench)
     return 0
 
 
@@ -137,7 +156,6 @@ def run_offline(args: argparse.Namespace) -> int:
     from radixserve.bench.baseline import load_hf_model, run_transformers
     from radixserve.bench.offline import bench_config
     from radixserve.bench.workload import random_workload
-    from radixserve.scheduler.scheduler import Scheduler
 
     eng, sch = _engine_configs(args)
     big = args.model_preset is not None
@@ -158,7 +176,7 @@ def run_offline(args: argparse.Namespace) -> int:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         try:
-            tps, desc = bench_config(lambda: Scheduler(e, s), reqs, args.warmup)
+            tps, desc = bench_config(e, s, reqs, args.warmup)
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

@@ -1,12 +1,14 @@
 """Start a tensor-parallel scheduler group: followers in spawned processes, the leader here."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing as mp
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 
 from radixserve.config import EngineConfig, SchedulerConfig
 
@@ -91,3 +93,47 @@ def remove_rendezvous(init_method: str) -> None:
     import shutil
 
     shutil.rmtree(os.path.dirname(init_method.removeprefix("file://")), ignore_errors=True)
+
+
+def stop_group(leader, followers: list, init_method: str) -> None:
+    """Tell the followers to exit (if all are alive), reap them, leave the TP group and remove the
+    rendezvous: the teardown of `start_followers` + `start_leader`."""
+    from radixserve.distributed.torch_comm import shutdown_tp
+
+    try:
+        if all(p.is_alive() for p in followers):
+            leader.shutdown()
+    finally:
+        for p in followers:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        shutdown_tp()
+        remove_rendezvous(init_method)
+
+
+@contextlib.contextmanager
+def scheduler_group(eng: EngineConfig, sched: SchedulerConfig) -> Iterator:
+    """A scheduler for `eng.tp` ranks, torn down on exit: in this process at TP=1; else followers
+    spawned on GPUs 1..N-1 and the leader (`TPLeader`, the `Scheduler` interface) here."""
+    if eng.tp == 1:
+        from radixserve.scheduler.scheduler import Scheduler
+
+        yield Scheduler(eng, sched)
+        return
+    init_method, followers = start_followers(eng, sched)
+    leader = None
+    try:
+        leader = start_leader(eng, sched, init_method, followers)
+        yield leader
+    finally:
+        if leader is not None:
+            stop_group(leader, followers, init_method)
+        else:  # the leader never came up: nothing to tell the followers, just stop them
+            from radixserve.distributed.torch_comm import shutdown_tp
+
+            for p in followers:
+                p.kill()
+                p.join()
+            shutdown_tp()
+            remove_rendezvous(init_method)
