@@ -3,7 +3,10 @@ for host-side control messages, so the request broadcast never touches the GPU s
 from __future__ import annotations
 
 import datetime
+import logging
 import os
+import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -13,6 +16,9 @@ from radixserve.distributed.info import set_tp_info
 
 # an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
 CONTROL_TIMEOUT = datetime.timedelta(days=30)
+INIT_WARN_S = 120  # forming the group takes seconds; say so in the log if it takes minutes
+
+logger = logging.getLogger(__name__)
 
 
 class TorchCommunicator(BaseCommunicator):
@@ -46,10 +52,27 @@ class TorchCommunicator(BaseCommunicator):
 def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> None:
     """Join the TP group (blocks until every rank has joined) and install the communicator."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (see docs)
+    if sys.platform == "linux":
+        # Every rank runs on this host. Left alone, gloo binds to the address the hostname resolves
+        # to; on a sandboxed host that address may be unreachable, and gloo retries until the
+        # (30-day) timeout instead of failing.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                            timeout=CONTROL_TIMEOUT, device_id=device if device.type == "cuda" else None)
-    control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT) if backend == "nccl" else dist.group.WORLD
+    msg = ("tensor-parallel rank %d: the group of %d has not formed after %d s (a rank still "
+           "loading, or a network problem: GLOO_SOCKET_IFNAME=%s, NCCL_SOCKET_IFNAME=%s)")
+    slow = threading.Timer(INIT_WARN_S, logger.warning, args=(
+        msg, rank, size, INIT_WARN_S, os.environ.get("GLOO_SOCKET_IFNAME"),
+        os.environ.get("NCCL_SOCKET_IFNAME")))
+    slow.daemon = True
+    slow.start()
+    try:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
+                                timeout=CONTROL_TIMEOUT,
+                                device_id=device if device.type == "cuda" else None)
+        control = (dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT) if backend == "nccl"
+                   else dist.group.WORLD)
+    finally:
+        slow.cancel()
     set_tp_info(rank, size)
     set_comm(TorchCommunicator(size, control))
 
