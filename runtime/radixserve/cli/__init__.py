@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
             if e.name != module:
                 raise
     args = parser.parse_args(argv)
+    from radixserve.utils.stack_dump import enable_stack_dumps
+
+    enable_stack_dumps(f"radixserve {args.command}")
     return int(args.func(args) or 0)
 
 

@@ -30,6 +30,7 @@ from radixserve.messages import (
     recv_nowait,
     send,
 )
+from radixserve.utils.stack_dump import enable_stack_dumps
 
 if TYPE_CHECKING:
     from radixserve.config import EngineConfig, SchedulerConfig
@@ -192,6 +193,7 @@ def run_scheduler_process(
     """Entry point of the spawned scheduler process (TP = 1)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
     logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
+    enable_stack_dumps("scheduler")
     import torch
 
     with torch.inference_mode():

@@ -42,7 +42,9 @@ def join_rank(rank: int, eng: EngineConfig, init_method: str) -> EngineConfig:
     import torch
 
     from radixserve.distributed.torch_comm import init_tp
+    from radixserve.utils.stack_dump import enable_stack_dumps
 
+    enable_stack_dumps(f"tp{rank}")
     eng = dataclasses.replace(eng, device=rank_device(eng.device, rank))
     init_tp(rank, eng.tp, init_method, torch.device(eng.device))
     return eng
