@@ -55,12 +55,10 @@ class LLM:
         eng_cfg, sch_cfg = EngineConfig(**eng), SchedulerConfig(**sch)
         self._followers: list = []
         if eng_cfg.tp > 1:  # NOTE: one TP group per process (torch.distributed is global)
-            from radixserve.scheduler.tp_launch import start_followers, start_leader
+            from radixserve.scheduler.tp_launch import start_group
 
-            init_method, self._followers = start_followers(eng_cfg, sch_cfg)
-            self._rendezvous = init_method
+            self.scheduler, self._followers, self._rendezvous = start_group(eng_cfg, sch_cfg)
             atexit.register(self.close)
-            self.scheduler = start_leader(eng_cfg, sch_cfg, init_method, self._followers)
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(self.scheduler.model_path)

@@ -68,3 +68,30 @@ def test_embedded_model_cannot_split_in_two_and_says_why() -> None:
     # SmolLM2-135M has 9 attention heads and 3 KV heads: TP=3 is its only split
     with pytest.raises(ValueError, match="9 attention heads"):
         LLM(None, tp=2, dtype="float32", device="cpu")
+
+
+def test_group_that_never_forms_fails_with_the_reason(tiny_ckpts, monkeypatch) -> None:
+    ref = tokens(LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu"))
+    monkeypatch.setenv("RADIXSERVE_TP_FOLLOWER_DELAY_S", "60")  # rank 1 never joins in time
+    monkeypatch.setenv("RADIXSERVE_TP_INIT_TIMEOUT_S", "3")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="group of 2 did not form within 3 s"):
+        LLM(str(tiny_ckpts["llama"]), tp=2, dtype="float32", device="cpu")
+    assert time.monotonic() - start < 40
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("radixserve-tp")]
+    # and the process can form a new group afterwards (the limit also covers a rank's start-up)
+    monkeypatch.delenv("RADIXSERVE_TP_FOLLOWER_DELAY_S")
+    monkeypatch.delenv("RADIXSERVE_TP_INIT_TIMEOUT_S")
+    llm = LLM(str(tiny_ckpts["llama"]), tp=2, dtype="float32", device="cpu")
+    try:
+        assert tokens(llm) == ref
+    finally:
+        llm.close()
+
+
+def test_bad_init_timeout_is_named(monkeypatch) -> None:
+    from radixserve.distributed.torch_comm import init_timeout_s
+
+    monkeypatch.setenv("RADIXSERVE_TP_INIT_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match="RADIXSERVE_TP_INIT_TIMEOUT_S"):
+        init_timeout_s()

@@ -17,6 +17,7 @@ from radixserve.distributed.info import set_tp_info
 # an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
 CONTROL_TIMEOUT = datetime.timedelta(days=30)
 INIT_WARN_S = 120  # forming the group takes seconds; say so in the log if it takes minutes
+INIT_TIMEOUT_ENV = "RADIXSERVE_TP_INIT_TIMEOUT_S"
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,18 @@ class TorchCommunicator(BaseCommunicator):
         return buf.numpy().tobytes()
 
 
+def init_timeout_s() -> float:
+    """How long a rank waits for the others to join: `RADIXSERVE_TP_INIT_TIMEOUT_S`, default 600."""
+    value = os.environ.get(INIT_TIMEOUT_ENV, "600")
+    try:
+        secs = float(value)
+    except ValueError:
+        secs = -1.0
+    if secs <= 0:
+        raise ValueError(f"{INIT_TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
+    return secs
+
+
 def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> None:
     """Join the TP group (blocks until every rank has joined) and install the communicator."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (see docs)
@@ -65,12 +78,19 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> Non
         os.environ.get("NCCL_SOCKET_IFNAME")))
     slow.daemon = True
     slow.start()
+    limit = init_timeout_s()
     try:
+        # the group's own timeout bounds forming it (and each tensor collective, which the ranks
+        # reach in lockstep); control messages get their own group, which may idle for days
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                                timeout=CONTROL_TIMEOUT,
+                                timeout=datetime.timedelta(seconds=limit),
                                 device_id=device if device.type == "cuda" else None)
-        control = (dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT) if backend == "nccl"
-                   else dist.group.WORLD)
+        control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"tensor-parallel rank {rank}: the group of {size} did not form within {limit:g} s "
+            f"({e}); a rank failed to start (see its log) or cannot reach this one "
+            f"({INIT_TIMEOUT_ENV} sets the limit)") from e
     finally:
         slow.cancel()
     set_tp_info(rank, size)
@@ -81,5 +101,10 @@ def shutdown_tp() -> None:
     """Leave the TP group and return to the TP=1 identity (a new group may be joined later)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    else:
+        # A group that failed to form leaves torch's group counter (part of each group's name)
+        # advanced, and only destroy_process_group() resets it: without this, the fresh ranks of
+        # the next group would look for other names and wait forever.
+        dist.distributed_c10d._world.group_count = 0
     set_tp_info(0, 1)
     set_comm(BaseCommunicator())

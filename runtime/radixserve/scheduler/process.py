@@ -175,10 +175,9 @@ def load_scheduler_class(path: str) -> type:
 
 def create_scheduler(engine: EngineConfig, sched: SchedulerConfig, scheduler_class: str):
     if engine.tp > 1:
-        from radixserve.scheduler.tp_launch import start_followers, start_leader
+        from radixserve.scheduler.tp_launch import start_group
 
-        init_method, followers = start_followers(engine, sched)  # daemonic: they end with us
-        return start_leader(engine, sched, init_method, followers)
+        return start_group(engine, sched)[0]  # the followers are daemonic: they end with us
     return load_scheduler_class(scheduler_class)(engine, sched)
 
 

@@ -114,6 +114,24 @@ def stop_group(leader, followers: list, init_method: str) -> None:
         remove_rendezvous(init_method)
 
 
+def start_group(eng: EngineConfig, sched: SchedulerConfig):
+    """Spawn the followers and start the leader here: (leader, followers, rendezvous). If the
+    leader cannot start (a group that never forms, a bad model), the followers are stopped before
+    the error propagates."""
+    init_method, followers = start_followers(eng, sched)
+    try:
+        return start_leader(eng, sched, init_method, followers), followers, init_method
+    except BaseException:
+        from radixserve.distributed.torch_comm import shutdown_tp
+
+        for p in followers:
+            p.kill()
+            p.join()
+        shutdown_tp()
+        remove_rendezvous(init_method)
+        raise
+
+
 @contextlib.contextmanager
 def scheduler_group(eng: EngineConfig, sched: SchedulerConfig) -> Iterator:
     """A scheduler for `eng.tp` ranks, torn down on exit: in this process at TP=1; else followers
@@ -123,19 +141,8 @@ def scheduler_group(eng: EngineConfig, sched: SchedulerConfig) -> Iterator:
 
         yield Scheduler(eng, sched)
         return
-    init_method, followers = start_followers(eng, sched)
-    leader = None
+    leader, followers, init_method = start_group(eng, sched)
     try:
-        leader = start_leader(eng, sched, init_method, followers)
         yield leader
     finally:
-        if leader is not None:
-            stop_group(leader, followers, init_method)
-        else:  # the leader never came up: nothing to tell the followers, just stop them
-            from radixserve.distributed.torch_comm import shutdown_tp
-
-            for p in followers:
-                p.kill()
-                p.join()
-            shutdown_tp()
-            remove_rendezvous(init_method)
+        stop_group(leader, followers, init_method)
