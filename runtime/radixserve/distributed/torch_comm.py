@@ -71,6 +71,7 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> Non
         # (30-day) timeout instead of failing.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     backend = "nccl" if device.type == "cuda" else "gloo"
+    limit = init_timeout_s()  # before the timer: a bad value must not leave it running
     msg = ("tensor-parallel rank %d: the group of %d has not formed after %d s (a rank still "
            "loading, or a network problem: GLOO_SOCKET_IFNAME=%s, NCCL_SOCKET_IFNAME=%s)")
     slow = threading.Timer(INIT_WARN_S, logger.warning, args=(
@@ -78,7 +79,6 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> Non
         os.environ.get("NCCL_SOCKET_IFNAME")))
     slow.daemon = True
     slow.start()
-    limit = init_timeout_s()
     try:
         # the group's own timeout bounds forming it (and each tensor collective, which the ranks
         # reach in lockstep); control messages get their own group, which may idle for days

@@ -97,21 +97,28 @@ def remove_rendezvous(init_method: str) -> None:
     shutil.rmtree(os.path.dirname(init_method.removeprefix("file://")), ignore_errors=True)
 
 
-def stop_group(leader, followers: list, init_method: str) -> None:
-    """Tell the followers to exit (if all are alive), reap them, leave the TP group and remove the
-    rendezvous: the teardown of `start_followers` + `start_leader`."""
+def _reap(followers: list, init_method: str, grace_s: float) -> None:
+    """Wait up to `grace_s` for each follower to exit, kill the rest, leave the TP group and
+    remove the rendezvous."""
     from radixserve.distributed.torch_comm import shutdown_tp
 
+    for p in followers:
+        p.join(timeout=grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    shutdown_tp()
+    remove_rendezvous(init_method)
+
+
+def stop_group(leader, followers: list, init_method: str) -> None:
+    """Tell the followers to exit (if all are alive), then reap them: the teardown of
+    `start_group`."""
     try:
         if all(p.is_alive() for p in followers):
             leader.shutdown()
     finally:
-        for p in followers:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-        shutdown_tp()
-        remove_rendezvous(init_method)
+        _reap(followers, init_method, grace_s=30)
 
 
 def start_group(eng: EngineConfig, sched: SchedulerConfig):
@@ -122,13 +129,7 @@ def start_group(eng: EngineConfig, sched: SchedulerConfig):
     try:
         return start_leader(eng, sched, init_method, followers), followers, init_method
     except BaseException:
-        from radixserve.distributed.torch_comm import shutdown_tp
-
-        for p in followers:
-            p.kill()
-            p.join()
-        shutdown_tp()
-        remove_rendezvous(init_method)
+        _reap(followers, init_method, grace_s=0)  # nothing to tell them: the leader never came up
         raise
 
 
