@@ -126,7 +126,17 @@ def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
             }
         )
-    return env + [dict(e) for e in spec.env]
+    return merge_env(env, spec.env)
+
+
+def merge_env(base: list[dict[str, Any]], user: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """`base` then `user`, one entry per name, the user's value winning, in first-seen order. A
+    container's env is a map keyed by name for server-side apply: a repeated name is an HTTP 500
+    there, never a usable pod."""
+    merged: dict[str, dict[str, Any]] = {}
+    for e in [*base, *user]:
+        merged[e["name"]] = dict(e)
+    return list(merged.values())
 
 
 def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

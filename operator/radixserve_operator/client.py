@@ -12,6 +12,10 @@ class ApplyRejected(ValueError):
     """The API server refused an object as invalid (HTTP 400/422): the spec must change."""
 
 
+class StatusConflict(RuntimeError):
+    """The resource changed since it was read (HTTP 409): read it again and recompute."""
+
+
 class ClusterClient(Protocol):
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or update `obj` (server-side apply, this operator as field manager); idempotent.
@@ -26,8 +30,15 @@ class ClusterClient(Protocol):
     def count_gpu_nodes(self, resource_name: str) -> int | None:
         """Nodes advertising `resource_name` as allocatable; None when not allowed to look."""
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge `status` into the InferenceService's status subresource."""
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> None:
+        """Merge `status` into the InferenceService's status subresource. With
+        `resource_version`, only if the resource is still at that version, else `StatusConflict`."""
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a Kubernetes Event (type Normal or Warning) about `obj`."""
@@ -97,17 +108,33 @@ class KubeClient:
             if str((n.status.allocatable or {}).get(resource_name, "0")) not in ("0", "")
         )
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
         group, version = API_VERSION.split("/")
-        self._custom.patch_namespaced_custom_object_status(
-            group,
-            version,
-            namespace,
-            PLURAL,
-            name,
-            {"status": status},
-            _content_type="application/merge-patch+json",
-        )
+        body: dict[str, Any] = {"status": status}
+        if resource_version:  # a precondition: the API server answers 409 if it moved on
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                group,
+                version,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as e:
+            if e.status == 409:
+                raise StatusConflict(f"{namespace}/{name} changed since it was read") from None
+            raise
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         import kopf

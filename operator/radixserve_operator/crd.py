@@ -14,7 +14,7 @@ QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
-TP_SIZES = [1, 2, 4, 8, 16, 32, 64]
+TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
 
 
@@ -247,7 +247,7 @@ def _spec() -> dict[str, Any]:
                     "tensor": _int_or_string(
                         enum=[*TP_SIZES, "auto"],
                         default=1,
-                        description="GPUs per replica, or auto: the smallest of 1, 2, 4, 8 that fits.",
+                        description="GPUs per replica (one pod, so at most one node's 8), or auto: the smallest of 1, 2, 4, 8 that fits.",
                     )
                 },
                 default={},
@@ -292,7 +292,14 @@ def _spec() -> dict[str, Any]:
                 required=["name"],
                 description="Secret key mounted as RADIXSERVE_API_KEY.",
             ),
-            "env": {"type": "array", "items": _env_var()},
+            "env": {
+                "type": "array",
+                "items": _env_var(),
+                # NOTE: a map keyed by name, as a container's env is: the API server rejects a
+                # repeated name with a clear message instead of a pod that cannot be applied.
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
         },
         **{
             "x-kubernetes-validations": [
@@ -384,7 +391,7 @@ def crd() -> dict[str, Any]:
                 "plural": PLURAL,
                 "singular": SINGULAR,
                 "shortNames": [SHORT_NAME],
-                "categories": ["all", "radixserve"],
+                "categories": ["radixserve"],  # not "all": `kubectl delete all` must not take models
             },
             "versions": [
                 {

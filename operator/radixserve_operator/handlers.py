@@ -2,7 +2,9 @@
 functions of kopf's keyword arguments, so tests call them directly with a fake client in `memo`.
 
 No deletion handler (and so no finalizer): the Deployment and Service carry owner references and
-the garbage collector removes them with the resource."""
+the garbage collector removes them with the resource. The children's watches are filtered by the
+API server (a label selector), so the operator never streams the cluster's other pods; a timer
+re-applies and re-reads every resource now and then, whatever events were missed."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from radixserve_operator.modelconfig import fetch_config
 from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
 
 RETRY_DELAY_S = 60
+RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
+CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "pods"), ("", "v1", "services"))
 
 
 def _reconcile(body: Any, memo: Any, announce: tuple[str, str] | None) -> None:
@@ -35,6 +39,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING  # our own events say what matters
+    for group, version, plural in CHILDREN:
+        settings.watching.label_selectors[group, version, plural] = f"{LABEL_MANAGED_BY}={FIELD_MANAGER}"
     if "client" not in memo:
         from radixserve_operator.client import KubeClient
 
@@ -57,11 +63,23 @@ def on_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _reconcile(body, memo, None)
 
 
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_S, initial_delay=RESYNC_S, )
+def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Level-based repair: re-apply the children (a hand edit is undone) and re-read the status."""
+    _reconcile(body, memo, None)
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=OURS)
 def on_deployment_event(
     body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any
 ) -> None:
     refresh_owner(memo.client, body, deleted=type == "DELETED")
+
+
+@kopf.on.event("", "v1", "services", labels=OURS)
+def on_service_event(body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any) -> None:
+    if type == "DELETED":
+        refresh_owner(memo.client, body, deleted=True)
 
 
 @kopf.on.event("", "v1", "pods", labels=OURS)

@@ -1,18 +1,23 @@
 """What the handlers do, over a `ClusterClient`: apply the desired objects for a resource, and
-recompute its status from what exists. Level-based: both may run any number of times."""
+recompute its status from what exists. Level-based: both may run any number of times, from any
+thread; status writes for one resource are serialised here and carry the resourceVersion they
+were computed from, so a stale verdict can never land last."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
 from radixserve_operator.builders import build_all, gpus_per_replica, selector_labels
-from radixserve_operator.client import ApplyRejected, ClusterClient
+from radixserve_operator.client import ApplyRejected, ClusterClient, StatusConflict
 from radixserve_operator.modelconfig import (
     ModelConfigNotFound,
     ModelConfigUnavailable,
+    ModelShape,
     fetch_config,
     resolve_shape,
 )
@@ -20,50 +25,94 @@ from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
     INVALID_SPEC,
+    MODEL_CONFIG_UNAVAILABLE,
     READY,
+    blocked_status,
     compute_status,
     get_condition,
-    invalid_status,
     is_ready,
+    pod_problems,
     problem_reason,
 )
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[str, "str | None"], dict[str, Any]]
+STATUS_ATTEMPTS = 5
+GPU_NODES_TTL_S = 60.0  # a node list per resource event would not scale; GPUs rarely come and go
 
 
 class RetryLater(RuntimeError):
     """A transient failure (hub unreachable); the handler raises kopf.TemporaryError."""
 
 
-def _mark_invalid(client: ClusterClient, body: dict[str, Any], message: str) -> None:
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+_gpu_nodes: dict[str, tuple[float, int | None]] = {}
+_applied: dict[tuple[str, str], int] = {}  # (namespace, name) -> the Deployment generation we wrote
+
+
+def _lock(namespace: str, name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def _count_gpu_nodes(client: ClusterClient, resource_name: str) -> int | None:
+    now = time.monotonic()
+    cached = _gpu_nodes.get(resource_name)
+    if cached is None or now - cached[0] > GPU_NODES_TTL_S or cached[1] == 0:
+        cached = (now, client.count_gpu_nodes(resource_name))
+        _gpu_nodes[resource_name] = cached
+    return cached[1]
+
+
+def _mark_blocked(
+    client: ClusterClient, body: dict[str, Any], message: str, reason: str = INVALID_SPEC
+) -> None:
     meta = body["metadata"]
-    old = get_condition(body.get("status"), READY)
     generation = int(meta.get("generation") or 1)
-    repeated = (
-        old is not None
-        and old.get("reason") == INVALID_SPEC
-        and old.get("observedGeneration") == generation
-        and old.get("message") == message
-    )
-    client.patch_status(meta["namespace"], meta["name"], invalid_status(body, message))
-    if not repeated:  # a resume or a retry of the same generation says nothing new
-        client.event(body, "Warning", INVALID_SPEC, message)
-    log.error("%s/%s: invalid spec: %s", meta["namespace"], meta["name"], message)
+    with _lock(meta["namespace"], meta["name"]):
+        current = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
+        old = get_condition(current.get("status"), READY)
+        repeated = (
+            old is not None
+            and old.get("reason") == reason
+            and old.get("observedGeneration") == generation
+            and old.get("message") == message
+        )
+        if not repeated:
+            client.patch_status(meta["namespace"], meta["name"], blocked_status(current, message, reason))
+    if not repeated:  # a resume, a resync or a retry of the same generation says nothing new
+        client.event(body, "Warning", reason, message)
+    log.error("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, message)
+
+
+def _shape(spec: ServiceSpec, fetch: Fetch) -> tuple[ModelShape | None, str | None]:
+    """The model's shape for sizing, and why it is unknown when the deployment can go ahead
+    without it: an explicit TP needs no hub (air-gapped or gated models deploy), `auto` does."""
+    if not spec.gpu.enabled:
+        return None, None  # a CPU replica runs TP 1 whatever the model
+    try:
+        return resolve_shape(spec.model, fetch), None
+    except (ModelConfigUnavailable, ModelConfigNotFound) as e:
+        if spec.tensor == "auto":
+            raise
+        return None, str(e)
 
 
 def plan(
     body: dict[str, Any], fetch: Fetch = fetch_config
-) -> tuple[ServiceSpec, int, list[dict[str, Any]]]:
-    """The parsed spec, its TP size and the owned objects to apply. Raises SpecError, SizingError,
+) -> tuple[ServiceSpec, int, list[dict[str, Any]], str | None]:
+    """The parsed spec, its TP size, the owned objects to apply and why the TP size could not be
+    checked against the model (None when it was). Raises SpecError, SizingError,
     ModelConfigNotFound (invalid spec) or ModelConfigUnavailable (retry later)."""
     import kopf
 
     spec = parse_spec(body)
-    tp = resolve_tp(spec, resolve_shape(spec.model, fetch))
+    shape, unchecked = _shape(spec, fetch)
+    tp = resolve_tp(spec, shape)
     objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1))
     kopf.adopt(objects, owner=body)
-    return spec, tp, objects
+    return spec, tp, objects, unchecked
 
 
 def reconcile(
@@ -76,24 +125,31 @@ def reconcile(
     invalid (status and a Warning event say why; no retry until the spec changes). `announce`:
     (reason, message prefix) of a Normal event to post once applied."""
     try:
-        spec, tp, objects = plan(body, fetch)
+        spec, tp, objects, unchecked = plan(body, fetch)
     except ModelConfigUnavailable as e:
-        client.event(body, "Warning", "ModelConfigUnavailable", str(e))
-        raise RetryLater(str(e)) from None
+        message = (
+            f"{e}; with spec.parallelism.tensor set (or spec.model.parameters), the model "
+            f"deploys without reading its config from the hub"
+        )
+        _mark_blocked(client, body, message, MODEL_CONFIG_UNAVAILABLE)
+        raise RetryLater(message) from None
     except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
-        _mark_invalid(client, body, str(e))
+        _mark_blocked(client, body, str(e))
         return None
     try:
         for obj in objects:
-            client.apply(obj)
+            out = client.apply(obj)
+            if obj["kind"] == "Deployment":
+                _applied[(spec.namespace, spec.name)] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
-        _mark_invalid(client, body, str(e))
+        _mark_blocked(client, body, str(e))
         return None
-    client.patch_status(
-        spec.namespace,
-        spec.name,
-        {"tensorParallelSize": tp, "gpusPerReplica": gpus_per_replica(spec, tp)},
-    )
+    with _lock(spec.namespace, spec.name):
+        client.patch_status(
+            spec.namespace,
+            spec.name,
+            {"tensorParallelSize": tp, "gpusPerReplica": gpus_per_replica(spec, tp)},
+        )
     if announce:
         reason, prefix = announce
         gpus = f"{tp} x {spec.gpu.resource_name}" if spec.gpu.enabled else "CPU"
@@ -103,6 +159,10 @@ def reconcile(
             reason,
             f"{prefix}: {spec.model.source}, TP {tp} ({gpus}), {spec.replicas} replica(s)",
         )
+        if unchecked:
+            client.event(
+                body, "Warning", "TPUnchecked", f"TP {tp} not checked against the model: {unchecked}"
+            )
     refresh(client, spec.namespace, spec.name)
     return tp
 
@@ -110,41 +170,77 @@ def reconcile(
 def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] | None:
     """Recompute the resource's status from its Deployment and pods; patch it when it changed and
     post an event on the transitions that matter (rollout done, a new problem)."""
-    resource = client.get(API_VERSION, KIND, namespace, name)
-    if resource is None or resource["metadata"].get("deletionTimestamp"):
-        return None
-    deployment = client.get("apps/v1", "Deployment", namespace, name)
-    pods = client.list_pods(namespace, selector_labels(name)) if deployment else []
-    gpu = (resource.get("spec") or {}).get("gpu") or {}
-    pending = any((p.get("status") or {}).get("phase") == "Pending" for p in pods)
-    gpu_nodes = (
-        client.count_gpu_nodes(gpu.get("resourceName", "nvidia.com/gpu"))
-        if pending and gpu.get("enabled", True)
-        else None
-    )
-    old = resource.get("status") or {}
-    new = compute_status(resource, deployment, pods, gpu_nodes)
-    if all(old.get(k) == v for k, v in new.items()):
-        return new
-    client.patch_status(namespace, name, new)
+    with _lock(namespace, name):
+        for _ in range(STATUS_ATTEMPTS):
+            resource = client.get(API_VERSION, KIND, namespace, name)
+            if resource is None or resource["metadata"].get("deletionTimestamp"):
+                return None
+            deployment = client.get("apps/v1", "Deployment", namespace, name)
+            pods = client.list_pods(namespace, selector_labels(name)) if deployment else []
+            gpu = (resource.get("spec") or {}).get("gpu") or {}
+            gpu_nodes = (
+                _count_gpu_nodes(client, gpu.get("resourceName", "nvidia.com/gpu"))
+                if gpu.get("enabled", True) and pod_problems(pods).unschedulable
+                else None
+            )
+            old = resource.get("status") or {}
+            new = compute_status(resource, deployment, pods, gpu_nodes)
+            if all(old.get(k) == v for k, v in new.items()):
+                return new
+            try:
+                client.patch_status(
+                    namespace, name, new, resource["metadata"].get("resourceVersion")
+                )
+            except StatusConflict:
+                continue  # someone wrote in between: read again, decide again
+            break
+        else:
+            log.warning("%s/%s: status kept changing; the resync will retry", namespace, name)
+            return None
     if is_ready(new) and not is_ready(old):
         client.event(resource, "Normal", "RolloutComplete", get_condition(new, READY)["message"])
     problem = problem_reason(new)
-    if problem and problem != problem_reason(old) and problem != INVALID_SPEC:
+    if problem and problem != problem_reason(old) and problem not in (INVALID_SPEC,):
         client.event(resource, "Warning", problem, get_condition(new, READY)["message"])
     return new
 
 
-def refresh_owner(client: ClusterClient, child: dict[str, Any], deleted: bool = False) -> None:
-    """A Deployment or pod of ours changed: refresh its InferenceService (and re-create the
-    Deployment when someone deleted it while the resource lives on)."""
+def _owner(client: ClusterClient, child: dict[str, Any]) -> dict[str, Any] | None:
+    """The live InferenceService a child of ours belongs to."""
     meta = child.get("metadata") or {}
     name, namespace = (meta.get("labels") or {}).get(LABEL_INSTANCE), meta.get("namespace")
     if not name or not namespace:
+        return None
+    owner = client.get(API_VERSION, KIND, namespace, name)
+    if owner is None or owner["metadata"].get("deletionTimestamp"):
+        return None
+    return owner
+
+
+def _drifted(child: dict[str, Any], owner: dict[str, Any]) -> bool:
+    """A Deployment edited by someone else (`kubectl scale` or `kubectl edit` of the child): a
+    spec generation past the one this operator wrote, or replicas that are not the owner's."""
+    meta = child.get("metadata") or {}
+    written = _applied.get((meta.get("namespace"), meta.get("name")))
+    if written is not None and int(meta.get("generation") or 0) > written:
+        return True
+    return (child.get("spec") or {}).get("replicas") != (owner.get("spec") or {}).get("replicas", 1)
+
+
+def refresh_owner(client: ClusterClient, child: dict[str, Any], deleted: bool = False) -> None:
+    """A Deployment, Service or pod of ours changed: re-apply the owner's children when one was
+    deleted or edited by hand, else refresh the owner's status."""
+    owner = _owner(client, child)
+    if owner is None:
         return
-    if deleted and child.get("kind") == "Deployment":
-        owner = client.get(API_VERSION, KIND, namespace, name)
-        if owner is not None and not owner["metadata"].get("deletionTimestamp"):
+    kind = child.get("kind")
+    if (deleted and kind in ("Deployment", "Service")) or (
+        not deleted and kind == "Deployment" and _drifted(child, owner)
+    ):
+        log.info("%s %s changed by hand: restoring it", kind, child["metadata"].get("name"))
+        try:
             reconcile(client, owner)
-            return
-    refresh(client, namespace, name)
+        except RetryLater:
+            pass  # the owner's status says why; its own retry will apply
+        return
+    refresh(client, owner["metadata"]["namespace"], owner["metadata"]["name"])

@@ -176,6 +176,10 @@ def _check(raw: dict[str, Any]) -> None:
         raise SpecError("spec.rollout: maxSurge and maxUnavailable cannot both be zero")
     if raw["replicas"] < 0:
         raise SpecError(f"spec.replicas must be >= 0, got {raw['replicas']}")
+    names = [e.get("name") for e in raw.get("env") or ()]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SpecError(f"spec.env: each name once, repeated: {', '.join(map(str, repeated))}")
     rt = raw["runtime"]
     if not 0.0 < rt["memoryRatio"] <= 1.0:
         raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")

@@ -12,12 +12,23 @@ from radixserve_operator.builders import selector_string
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 INVALID_SPEC = "InvalidSpec"
+MODEL_CONFIG_UNAVAILABLE = "ModelConfigUnavailable"
+# Verdicts the reconciler writes (not computed from the children): they stand for their
+# generation until a Deployment carrying that generation exists.
+RECONCILER_REASONS = (INVALID_SPEC, MODEL_CONFIG_UNAVAILABLE)
 INSUFFICIENT_GPU = "InsufficientGPU"
+# Container states (waiting reasons) that no amount of waiting fixes without a change.
 BAD_CONTAINER_STATES = (
     "CrashLoopBackOff",
     "ImagePullBackOff",
     "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
     "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "PreCreateHookError",
+    "PostStartHookError",
 )
 
 
@@ -66,13 +77,28 @@ def _conditions(
     return out
 
 
-def _pod_problems(pods: list[dict[str, Any]]) -> tuple[list[str], list[str], bool]:
-    """(scheduler messages of unschedulable pods, bad container states, any pod terminating)."""
-    unschedulable, broken, terminating = [], [], False
+class PodProblems(NamedTuple):
+    unschedulable: list[str]  # the scheduler's messages
+    broken: list[str]  # "POD: REASON: message" of containers in a bad state
+    not_ready: list[str]  # "POD: message" of running pods that are not ready
+    terminating: bool
+
+
+def _last_exit(cs: dict[str, Any]) -> str:
+    term = (cs.get("lastState") or {}).get("terminated") or {}
+    if not term:
+        return ""
+    return f" (last exit: {term.get('reason') or 'terminated'}, code {term.get('exitCode', '?')})"
+
+
+def pod_problems(pods: list[dict[str, Any]]) -> PodProblems:
+    """What keeps the pods from serving, as the user would read it in `kubectl describe pod`."""
+    out = PodProblems([], [], [], False)
     for pod in pods:
         if pod.get("metadata", {}).get("deletionTimestamp"):
-            terminating = True
+            out = out._replace(terminating=True)
             continue
+        name = pod["metadata"].get("name", "?")
         st = pod.get("status") or {}
         for c in st.get("conditions") or ():
             if (
@@ -80,15 +106,15 @@ def _pod_problems(pods: list[dict[str, Any]]) -> tuple[list[str], list[str], boo
                 and c.get("status") == "False"
                 and c.get("reason") == "Unschedulable"
             ):
-                unschedulable.append(c.get("message") or "unschedulable")
-        for cs in st.get("containerStatuses") or ():
+                out.unschedulable.append(c.get("message") or "unschedulable")
+            if c.get("type") == "Ready" and c.get("status") == "False" and st.get("phase") == "Running":
+                out.not_ready.append(f"{name}: {c.get('message') or c.get('reason') or 'not ready'}")
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_CONTAINER_STATES:
-                name = pod["metadata"].get("name", "?")
-                broken.append(
-                    f"{name}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
-                )
-    return unschedulable, broken, terminating
+                msg = f"{name}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                out.broken.append(msg + _last_exit(cs))
+    return out
 
 
 def _deployment_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -113,7 +139,7 @@ def verdict(
         return Verdict(False, False, False, "ScaledToZero", "spec.replicas is 0")
     if observed and updated == want and total == want and ready == want:
         return Verdict(True, False, False, "RolloutComplete", f"{ready}/{want} replicas ready")
-    unschedulable, broken, terminating = _pod_problems(pods)
+    unschedulable, broken, not_ready, terminating = pod_problems(pods)
     gpu = (spec.get("gpu") or {}).get("resourceName", "nvidia.com/gpu")
     gpu_enabled = (spec.get("gpu") or {}).get("enabled", True)
     if gpu_enabled and gpu_nodes == 0:
@@ -137,6 +163,8 @@ def verdict(
         return Verdict(False, True, True, "ReplicaFailure", failure.get("message", ""))
     if unschedulable:
         progress += "; waiting for terminating pods to release their GPUs"
+    if not_ready:
+        progress += "; " + "; ".join(not_ready[:3])
     return Verdict(False, True, False, "RollingOut", progress)
 
 
@@ -147,8 +175,9 @@ def compute_status(
     gpu_nodes: int | None = None,
     now: str | None = None,
 ) -> dict[str, Any]:
-    """The resource's new `status`. An InvalidSpec verdict for the current generation (written by
-    the reconciler) stands until the spec changes; only the counts move."""
+    """The resource's new `status`. A reconciler's verdict for the current generation (InvalidSpec,
+    ModelConfigUnavailable) stands until a Deployment of that generation exists; only the counts
+    move."""
     now = now or now_iso()
     meta, spec, prev = (
         resource["metadata"],
@@ -182,8 +211,9 @@ def compute_status(
     ready_cond = get_condition(prev, READY)
     if (
         ready_cond
-        and ready_cond.get("reason") == INVALID_SPEC
+        and ready_cond.get("reason") in RECONCILER_REASONS
         and ready_cond.get("observedGeneration") == generation
+        and (deployment is None or dep_generation != generation)
     ):
         status["conditions"] = prev["conditions"]
         status["observedGeneration"] = generation
@@ -199,12 +229,13 @@ def compute_status(
     return status
 
 
-def invalid_status(
-    resource: dict[str, Any], message: str, now: str | None = None
+def blocked_status(
+    resource: dict[str, Any], message: str, reason: str = INVALID_SPEC, now: str | None = None
 ) -> dict[str, Any]:
+    """The reconciler's verdict when it cannot build this generation (`RECONCILER_REASONS`)."""
     generation = int(resource["metadata"].get("generation") or 1)
     prev = resource.get("status") or {}
-    v = Verdict(False, False, True, INVALID_SPEC, message)
+    v = Verdict(False, False, True, reason, message)
     return {
         "conditions": _conditions(prev, v, generation, now or now_iso()),
         "observedGeneration": generation,

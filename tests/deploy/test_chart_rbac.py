@@ -16,7 +16,7 @@ WORKLOAD_ACCESS = {
     ("radixserve.dev", "inferenceservices/status"): {"patch"},
     ("radixserve.dev", "inferenceservices/finalizers"): {"update"},  # blockOwnerDeletion
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
-    ("", "services"): {"get", "create", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},  # watched: a deleted one returns
     ("", "pods"): {"list", "watch"},
     ("", "events"): {"create"},
 }

@@ -127,6 +127,7 @@ class FakeCluster:
         self.applied: list[dict[str, Any]] = []
         self.status_patches: list[dict[str, Any]] = []
         self.gpu_nodes: int | None = 2
+        self.node_lists = 0  # how often the handlers listed nodes
 
     # -- ClusterClient
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -156,9 +157,16 @@ class FakeCluster:
         ]
 
     def count_gpu_nodes(self, resource_name: str) -> int | None:
+        self.node_lists += 1
         return self.gpu_nodes
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> None:
         self.status_patches.append(copy.deepcopy(status))
         self.objects[(KIND, namespace, name)].setdefault("status", {}).update(copy.deepcopy(status))
 
@@ -215,6 +223,10 @@ class FakeCluster:
 
 @pytest.fixture
 def cluster() -> FakeCluster:
+    from radixserve_operator import reconcile
+
+    reconcile._gpu_nodes.clear()  # the operator's process-wide memories start empty per test
+    reconcile._applied.clear()
     return FakeCluster()
 
 

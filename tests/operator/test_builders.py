@@ -212,7 +212,7 @@ def _build(
     make_body, fetch, spec: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     body = make_body(spec)
-    _, _, objects = plan(body, fetch)
+    _, _, objects, _ = plan(body, fetch)
     deployment, service = objects
     return body, deployment, service
 
@@ -404,7 +404,7 @@ def test_probe_overrides_and_service(make_body, fetch) -> None:
 
 def test_generation_and_tp_recorded_on_deployment_not_pods(make_body, fetch) -> None:
     body = make_body({"parallelism": {"tensor": 1}}, generation=7)
-    _, _, (deployment, _) = plan(body, fetch)
+    _, _, (deployment, _), _ = plan(body, fetch)
     notes = deployment["metadata"]["annotations"]
     assert (notes["radixserve.dev/generation"], notes["radixserve.dev/tensor-parallel-size"]) == (
         "7",

@@ -137,7 +137,7 @@ def test_cpu_sample_asks_for_no_gpu_and_gpu_sample_sizes_tp(validate_k8s, fetch)
             **doc,
             "metadata": {**doc["metadata"], "namespace": "default", "uid": "u", "generation": 1},
         }
-        spec, tp, objects = plan(body, fetch)
+        spec, tp, objects, _ = plan(body, fetch)
         for obj in objects:
             validate_k8s(obj)
         res = objects[0]["spec"]["template"]["spec"]["containers"][0]["resources"]

@@ -176,13 +176,19 @@ def test_invalid_tp_is_reported_once_and_not_retried(cluster, memo, make_body) -
     _ready(cluster, memo, make_body, QWEN)
     applied = len(cluster.applied)
 
-    cluster.edit_spec(lambda s: s["parallelism"].update(tensor=32))  # Qwen3-0.6B has 16 heads
+    twelve_heads = {"parameterCount": "1B", "numAttentionHeads": 12, "numHiddenLayers": 4, "headDim": 64}
+
+    def tp8_on_12_heads(s: dict[str, Any]) -> None:
+        s["parallelism"]["tensor"] = 8
+        s["model"]["parameters"] = twelve_heads
+
+    cluster.edit_spec(tp8_on_12_heads)
     handlers.on_update(
         body=cluster.resource(), memo=memo, logger=None, diff=[]
     )  # returns: no retry
     r = cluster.resource()
     assert state(r) == ("False", "False", "True", "InvalidSpec")
-    assert "TP 32 does not divide the model's 16 attention heads" in cond(r, "Ready")["message"]
+    assert "TP 8 does not divide the model's 12 attention heads" in cond(r, "Ready")["message"]
     assert cond(r, "Degraded")["reason"] == "InvalidSpec"
     assert r["status"]["observedGeneration"] == 2
     assert cluster.events[-1][:2] == ("Warning", "InvalidSpec")
@@ -239,11 +245,15 @@ def test_unschedulable_gpu_pod_is_insufficient_gpu(cluster, memo, make_body) -> 
 def test_no_node_advertises_the_gpu(cluster, memo, make_body) -> None:
     handlers.on_create(body=cluster.create(make_body({"replicas": 1})), memo=memo, logger=None)
     cluster.gpu_nodes = 0
-    cluster.pods = [pod("llm-a", phase="Pending")]  # not even a scheduler verdict yet
+    cluster.pods = [pod("llm-a", phase="Pending")]  # no scheduler verdict yet: nodes not listed
+    pod_event(cluster, memo, cluster.pods[0])
+    assert cluster.node_lists == 0 and state(cluster.resource())[3] == "RollingOut"
+    verdict = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    cluster.pods = [pod("llm-a", phase="Pending", scheduled=("Unschedulable", verdict))]
     pod_event(cluster, memo, cluster.pods[0])
     r = cluster.resource()
     assert state(r)[3] == "InsufficientGPU"
-    assert cond(r, "Degraded")["message"] == "no node advertises nvidia.com/gpu"
+    assert cond(r, "Degraded")["message"] == f"no node advertises nvidia.com/gpu; scheduler: {verdict}"
 
 
 def test_other_unschedulable_reasons_are_not_blamed_on_gpus(cluster, memo, make_body) -> None:
@@ -288,14 +298,34 @@ def test_unreachable_hub_retries_later(cluster, make_body) -> None:
     with pytest.raises(kopf.TemporaryError) as err:
         handlers.on_create(body=cluster.create(make_body(QWEN)), memo=memo, logger=None)
     assert err.value.delay == handlers.RETRY_DELAY_S
-    assert cluster.events == [
-        (
-            "Warning",
-            "ModelConfigUnavailable",
-            "cannot reach the Hugging Face hub for 'Qwen/Qwen3-0.6B'",
-        )
-    ]
+    [(kind, reason, message)] = cluster.events
+    assert (kind, reason) == ("Warning", "ModelConfigUnavailable")
+    assert message.startswith("cannot reach the Hugging Face hub for 'Qwen/Qwen3-0.6B'")
+    assert "spec.parallelism.tensor" in message  # says how to deploy without the hub
     assert ("Deployment", "serving", "llm") not in cluster.objects
+    r = cluster.resource()  # and the resource says so too, not just an event
+    assert state(r) == ("False", "False", "True", "ModelConfigUnavailable")
+    assert cond(r, "Ready")["message"] == message
+
+    # A retry while the hub stays unreachable repeats no event; pod events keep the verdict.
+    with pytest.raises(kopf.TemporaryError):
+        handlers.resync(body=cluster.resource(), memo=memo, logger=None)
+    assert len(cluster.events) == 1 and state(cluster.resource())[3] == "ModelConfigUnavailable"
+
+
+def test_explicit_tp_deploys_without_the_hub(cluster, make_body) -> None:
+    """An air-gapped or gated model: with `tensor` given, the unreachable hub is no obstacle."""
+    from radixserve_operator.modelconfig import ModelConfigUnavailable
+
+    def offline(repo: str, revision: str | None = None) -> dict:
+        raise ModelConfigUnavailable(f"cannot reach the Hugging Face hub for {repo!r}")
+
+    memo = kopf.Memo(client=cluster, fetch_config=offline)
+    spec = {**QWEN, "parallelism": {"tensor": 2}}
+    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    assert args(cluster)[args(cluster).index("--tp") + 1] == "2"
+    assert state(cluster.resource()) == ("False", "True", "False", "RollingOut")
+    assert ("Warning", "TPUnchecked") in [e[:2] for e in cluster.events]
 
 
 def test_unknown_hub_model_is_invalid(cluster, memo, make_body) -> None:

@@ -22,7 +22,7 @@ from radixserve_operator.modelconfig import (
     shape_from_hints,
 )
 from radixserve_operator.sizing import SizingError, resolve_tp
-from radixserve_operator.spec import parse_spec
+from radixserve_operator.spec import SpecError, parse_spec
 
 # Published totals (model cards): the estimate counts every weight, embeddings and experts included.
 PUBLISHED = {
@@ -145,11 +145,17 @@ def test_tp_beyond_kv_heads_must_be_a_multiple_of_them(make_body) -> None:
         SizingError, match="neither divides the model's 6 KV heads nor is a multiple"
     ):
         resolve_tp(bad, shape_from_hints(hints))  # 24 % 4 == 0 but 6 % 4 and 4 % 6 are not
-    wide = {**hints, "numAttentionHeads": 64, "numKeyValueHeads": 8}
+    wide = {**hints, "numAttentionHeads": 32, "numKeyValueHeads": 4}
     wide_spec = parse_spec(
-        make_body({"model": {"source": "org/m", "parameters": wide}, "parallelism": {"tensor": 16}})
+        make_body({"model": {"source": "org/m", "parameters": wide}, "parallelism": {"tensor": 8}})
     )
-    assert resolve_tp(wide_spec, shape_from_hints(wide)) == 16  # KV heads replicated twice
+    assert resolve_tp(wide_spec, shape_from_hints(wide)) == 8  # KV heads replicated twice
+
+
+def test_tp_is_capped_at_one_node(make_body) -> None:
+    """One replica is one pod, and no node holds more than 8 GPUs: TP 16 is a spec error."""
+    with pytest.raises(SpecError, match=r"one of \[1, 2, 4, 8\], got 16"):
+        parse_spec(make_body({"model": {"source": "org/m"}, "parallelism": {"tensor": 16}}))
 
 
 def test_path_source_needs_hints_for_auto(make_body) -> None:

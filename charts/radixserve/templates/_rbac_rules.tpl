@@ -21,7 +21,7 @@ Nothing is deleted: children go with their owner through garbage collection.
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
