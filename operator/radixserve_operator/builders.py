@@ -256,8 +256,11 @@ def build_deployment(spec: ServiceSpec, tp: int, generation: int) -> dict[str, A
             "progressDeadlineSeconds": deadline,
             "template": {
                 "metadata": {
-                    "labels": lbl,
-                    "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},
+                    "labels": {**spec.pod_labels, **lbl},
+                    "annotations": {
+                        "kubectl.kubernetes.io/default-container": CONTAINER,
+                        **spec.pod_annotations,
+                    },
                 },
                 "spec": _pod_spec(spec, tp),
             },

@@ -8,7 +8,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from radixserve_operator import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from radixserve_operator import (
+    GROUP,
+    KIND,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    PLURAL,
+    SHORT_NAME,
+    SINGULAR,
+    VERSION,
+)
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -16,6 +25,7 @@ QUANTITY_PATTERN = (
 )
 TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
+SELECTOR_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE)  # the Deployment's selector: not the user's
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -291,6 +301,28 @@ def _spec() -> dict[str, Any]:
                 {"name": _str(minLength=1), "key": _str(default="api-key")},
                 required=["name"],
                 description="Secret key mounted as RADIXSERVE_API_KEY.",
+            ),
+            "template": _obj(
+                {
+                    "metadata": _obj(
+                        {
+                            "labels": {"type": "object", "additionalProperties": _str(maxLength=63)},
+                            "annotations": {"type": "object", "additionalProperties": _str()},
+                        },
+                        **{
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": "!has(self.labels) || !self.labels.exists(k, k in "
+                                    f"{list(SELECTOR_LABEL_KEYS)!r})",
+                                    "message": "the selector labels "
+                                    f"{', '.join(SELECTOR_LABEL_KEYS)} are the operator's",
+                                }
+                            ]
+                        },
+                    )
+                },
+                description="Merged over the pods the operator builds: labels and annotations "
+                "(e.g. for a service mesh or a scraper).",
             ),
             "env": {
                 "type": "array",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixserve_operator import DEFAULT_CPU_IMAGE, DEFAULT_IMAGE
-from radixserve_operator.crd import PAGE_SIZES, TP_SIZES, spec_schema
+from radixserve_operator.crd import PAGE_SIZES, SELECTOR_LABEL_KEYS, TP_SIZES, spec_schema
 
 DEFAULT_MODEL = "default"
 _PVC_SOURCE = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)/(.+)$")
@@ -136,6 +136,8 @@ class ServiceSpec:
     service_port: int
     api_key_secret: tuple[str, str] | None
     env: tuple[dict[str, Any], ...]
+    pod_labels: dict[str, str]
+    pod_annotations: dict[str, str]
 
 
 def _is_zero(v: int | str) -> bool:
@@ -176,6 +178,13 @@ def _check(raw: dict[str, Any]) -> None:
         raise SpecError("spec.rollout: maxSurge and maxUnavailable cannot both be zero")
     if raw["replicas"] < 0:
         raise SpecError(f"spec.replicas must be >= 0, got {raw['replicas']}")
+    pod_labels = ((raw.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    taken = sorted(set(pod_labels) & set(SELECTOR_LABEL_KEYS))
+    if taken:
+        raise SpecError(
+            f"spec.template.metadata.labels: the selector labels {', '.join(SELECTOR_LABEL_KEYS)} "
+            f"are the operator's, got {', '.join(taken)}"
+        )
     names = [e.get("name") for e in raw.get("env") or ()]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -210,6 +219,7 @@ def parse_spec(body: dict[str, Any]) -> ServiceSpec:
     meta = body["metadata"]
     model, gpu, cache, probes = raw["model"], raw["gpu"], raw["modelCache"], raw["probes"]
     key_ref = raw.get("apiKeySecretRef")
+    pod_meta = (raw.get("template") or {}).get("metadata") or {}
     return ServiceSpec(
         name=meta["name"],
         namespace=meta.get("namespace") or "default",
@@ -239,4 +249,6 @@ def parse_spec(body: dict[str, Any]) -> ServiceSpec:
         service_port=int(raw["service"]["port"]),
         api_key_secret=(key_ref["name"], key_ref["key"]) if key_ref else None,
         env=tuple(raw.get("env") or ()),
+        pod_labels=dict(pod_meta.get("labels") or {}),
+        pod_annotations=dict(pod_meta.get("annotations") or {}),
     )

@@ -178,6 +178,9 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']": lambda s: (
         s["gpu"]["enabled"] or str(s["parallelism"]["tensor"]) in ("1", "auto")
     ),
+    "!has(self.labels) || !self.labels.exists(k, k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance'])": lambda s: (
+        not set(s.get("labels") or {}) & {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+    ),
 }
 
 
