@@ -3,7 +3,7 @@ PY ?= python3
 PIP = $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev run test gpu-test e2e lint
+.PHONY: install install-dev run test gpu-test e2e lint cluster-binaries
 
 # CPU torch first where there is no CUDA, so pip never pulls a multi-GB CUDA build.
 install:
@@ -20,8 +20,14 @@ install-dev: install
 run: install
 	$(PY) -m radixserve serve
 
-test: install-dev
+test: install-dev cluster-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The cluster tier's Kubernetes binaries, built (once, cached) before the tests so that the
+# build's progress shows; without Go the tier skips and says why.
+cluster-binaries:
+	@if command -v go >/dev/null 2>&1; then $(PY) -m scripts.cluster build; \
+	else echo "go not found: the cluster test tier will be skipped"; fi
 
 gpu-test:
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
@@ -31,3 +37,13 @@ e2e: install-dev
 
 lint:
 	$(PY) -m ruff check runtime kernels operator tests
+
+# A local control plane on loopback (etcd, kube-apiserver, controller-manager, scheduler, KWOK fake
+# GPU nodes), built once from Kubernetes' Go modules into ~/.cache/radixserve/k8s. Needs Go >= 1.26.
+.PHONY: cluster cluster-down
+
+cluster:
+	$(PY) -m scripts.cluster up
+
+cluster-down:
+	$(PY) -m scripts.cluster down

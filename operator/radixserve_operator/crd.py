@@ -203,7 +203,9 @@ def _rollout() -> dict[str, Any]:
             "maxSurge": _percent_or_count(0),
             "maxUnavailable": _percent_or_count(1),
         },
-        default={},
+        # NOTE: spelled out, not {}: the API server checks the CEL rule below against the
+        # default itself, before nested defaults fill it in.
+        default={"strategy": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
         description="maxSurge defaults to 0: a GPU cluster rarely has a spare GPU for a surge pod.",
         **{
             "x-kubernetes-validations": [
@@ -338,10 +340,12 @@ def _spec() -> dict[str, Any]:
                 {
                     "rule": "string(self.parallelism.tensor) != 'auto' || !self.gpu.enabled || has(self.gpu.memoryGiB)",
                     "message": "parallelism.tensor auto needs gpu.memoryGiB",
+                    "fieldPath": ".gpu",  # the API server's message names the field
                 },
                 {
                     "rule": "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']",
                     "message": "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
+                    "fieldPath": ".parallelism.tensor",
                 },
             ]
         },

@@ -108,7 +108,8 @@ def pod_problems(pods: list[dict[str, Any]]) -> PodProblems:
             ):
                 out.unschedulable.append(c.get("message") or "unschedulable")
             if c.get("type") == "Ready" and c.get("status") == "False" and st.get("phase") == "Running":
-                out.not_ready.append(f"{name}: {c.get('message') or c.get('reason') or 'not ready'}")
+                why = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+                out.not_ready.append(f"{name}: running but not ready" + (f" ({why})" if why else ""))
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_CONTAINER_STATES:

@@ -38,12 +38,13 @@ def missing_tools() -> str | None:
 @dataclass(frozen=True)
 class Kubectl:
     kubeconfig: Path
+    binary: str = "kubectl"
 
     def __call__(
         self, *args: str, timeout: float = 120, check: bool = True, input: str | None = None
     ) -> str:
         return run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
             timeout=timeout,
             check=check,
             input=input,

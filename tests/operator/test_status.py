@@ -133,3 +133,41 @@ def test_endpoint_uses_the_service_port() -> None:
     st = compute_status(resource(service={"port": 80}), None, [])
     assert st["endpoint"] == "http://llm.ns.svc:80/v1"
     assert ready(st) == ("False", "Reconciling")
+
+
+def _pod(name: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": status}
+
+
+def test_bad_container_states_name_the_pod_and_the_last_exit() -> None:
+    crashing = {
+        "name": "server",
+        "restartCount": 4,
+        "state": {"waiting": {"reason": "RunContainerError", "message": "exec: no such file"}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 127}},
+    }
+    pods = [_pod("llm-a", phase="Running", containerStatuses=[crashing])]
+    dep = deployment(1, replicas=1, updatedReplicas=1, readyReplicas=0)
+    st = compute_status(resource(), dep, pods)
+    assert ready(st) == ("False", "RunContainerError")
+    assert get_condition(st, "Ready")["message"] == (
+        "llm-a: RunContainerError: exec: no such file (last exit: Error, code 127)"
+    )
+    assert get_condition(st, "Degraded")["status"] == "True"
+
+
+def test_a_running_pod_that_never_turns_ready_is_named_in_the_rollout() -> None:
+    unready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "ContainersNotReady",
+        "message": "containers with unready status: [server]",
+    }
+    pods = [_pod("llm-b", phase="Running", conditions=[unready])]
+    dep = deployment(1, replicas=1, updatedReplicas=1, readyReplicas=0)
+    st = compute_status(resource(), dep, pods)
+    assert ready(st) == ("False", "RollingOut")
+    assert get_condition(st, "Ready")["message"].endswith(
+        "; llm-b: running but not ready (ContainersNotReady: containers with unready status: [server])"
+    )
+    assert get_condition(st, "Degraded")["status"] == "False"  # maybe still loading the model

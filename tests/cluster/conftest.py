@@ -1,0 +1,109 @@
+"""The `cluster` tier: a real Kubernetes control plane (kube-apiserver, controller-manager,
+scheduler, etcd, KWOK GPU nodes: `make cluster`), the CRD and RBAC installed from `manifests/` as
+users do, and the operator as a real `radixserve-operator` process with the manifests'
+ServiceAccount. The control plane is started here when it is not running (and stopped at the end,
+unless RADIXSERVE_CLUSTER_KEEP=1); RADIXSERVE_CLUSTER_KUBECONFIG points the tier at another
+cluster instead. Skipped, with the reason, where neither can be had (no Go)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.operator_process import OperatorProcess, token_kubeconfig
+from tests.cluster.scenario import REPO, Stack
+from tests.e2e.kind_cluster import Kubectl
+
+OPERATOR_NS = "radixserve-system"
+OPERATOR_SA = "radixserve-operator"
+
+
+@contextlib.contextmanager
+def _control_plane() -> Iterator[tuple[Path, str]]:
+    """(kubeconfig, kubectl binary) of the cluster to test against."""
+    existing = os.environ.get("RADIXSERVE_CLUSTER_KUBECONFIG")
+    if existing:
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            pytest.skip("RADIXSERVE_CLUSTER_KUBECONFIG is set but `kubectl` is not on PATH")
+        yield Path(existing), kubectl
+        return
+    from scripts.cluster import controlplane
+
+    reason = controlplane.unavailable_reason()
+    if reason:
+        pytest.skip(f"no local Kubernetes control plane here: {reason}")
+    started = controlplane.current() is None
+    cluster = controlplane.up()
+    try:
+        yield cluster.kubeconfig, str(cluster.kubectl)
+    finally:
+        if started and os.environ.get("RADIXSERVE_CLUSTER_KEEP") != "1":
+            controlplane.down()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with _control_plane() as (kubeconfig, kubectl_bin):
+        kubectl = Kubectl(kubeconfig, kubectl_bin)
+        workdir = Path(tempfile.mkdtemp(prefix="radixserve-cluster-"))
+        # Installed as the docs say: kubectl apply -f manifests/ (CRD, namespace, RBAC, operator).
+        kubectl("apply", "-f", str(REPO / "manifests"))
+        kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/inferenceservices.radixserve.dev",
+        )  # fmt: skip
+        token = kubectl("create", "token", OPERATOR_SA, "-n", OPERATOR_NS, "--duration=6h").strip()
+        operator = OperatorProcess(
+            token_kubeconfig(kubeconfig, token, workdir / "operator.kubeconfig"),
+            workdir / "operator.log",
+        )
+        operator.start()
+        stack = Stack(kubectl, kubeconfig, operator, workdir)
+        try:
+            yield stack
+        finally:
+            operator.stop()
+            print(f"operator log: {operator.log_path}")
+
+
+@pytest.fixture(scope="module")
+def namespace(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the module's own (the operator watches every namespace)."""
+    name = "t-" + request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    stack.kubectl("create", "namespace", name)
+    yield name
+    stack.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def diagnostics(stack: Stack, namespace: str | None) -> str:
+    k = stack.kubectl
+    where = ["-n", namespace] if namespace else ["-A"]
+    sections = {
+        "inferenceservices": ["get", "rsvc", *where, "-o", "yaml"],
+        "objects": ["get", "deployments,replicasets,pods,services", *where, "-o", "wide"],
+        "events": ["get", "events", *where, "--sort-by=.lastTimestamp"],
+    }
+    out = [f"===== operator log (tail)\n{stack.operator.log(150)}"]
+    for title, args in sections.items():
+        try:
+            text = k(*args, timeout=30, check=False)
+        except Exception as e:  # noqa: BLE001 -- never hide the real failure
+            text = f"<{type(e).__name__}: {e}>"
+        out.append(f"===== {title}\n{text}")
+    return "\n".join(out)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    args = getattr(item, "funcargs", {})
+    if report.when == "call" and report.failed and "stack" in args:
+        report.sections.append(("cluster state", diagnostics(args["stack"], args.get("namespace"))))

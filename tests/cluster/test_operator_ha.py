@@ -1,0 +1,122 @@
+"""The operator under stress: killed mid-rollout, run as two peered replicas, and handed twenty
+InferenceServices whose pods turn ready in bursts. Status must converge on the truth."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.scenario import (
+    REPO,
+    Stack,
+    apply,
+    children,
+    condition,
+    cpu_spec,
+    delete_and_wait,
+    get,
+    ready_after,
+    rsvc,
+    wait_ready,
+    wait_reason,
+)
+from tests.e2e.kind_cluster import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def _patch(stack: Stack, namespace: str, name: str, spec: dict) -> None:
+    stack.kubectl("patch", "rsvc", name, "-n", namespace, "--type=merge",
+                  "-p", json.dumps({"spec": spec}))  # fmt: skip
+
+
+def test_operator_killed_mid_rollout_converges_without_duplicates(
+    stack: Stack, namespace: str
+) -> None:
+    name = "restart"
+    slow = cpu_spec(replicas=3, template={"metadata": {"annotations": ready_after(2500)}})
+    apply(stack, namespace, rsvc(name, slow))
+    wait_ready(stack, namespace, name, 3)
+    _patch(stack, namespace, name, {"runtime": {"maxRunningRequests": 4}})
+    wait_reason(stack, namespace, name, "RollingOut", timeout=30)
+    stack.operator.stop(signal.SIGKILL)  # a crash, not a clean exit
+    stack.operator.start()
+    obj = wait_ready(stack, namespace, name, 3, timeout=180)
+    assert obj["metadata"]["generation"] == 2
+    assert len(children(stack, namespace, name, "deployments")) == 1
+    assert len(children(stack, namespace, name, "services")) == 1
+    delete_and_wait(stack, namespace, name)
+
+
+def test_two_peered_operators_exactly_one_acts(stack: Stack, namespace: str) -> None:
+    peering = "rs-ha"
+    stack.kubectl("apply", "-f", str(REPO / "charts/radixserve/crds/clusterkopfpeerings.kopf.dev.yaml"))
+    stack.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  "crd/clusterkopfpeerings.kopf.dev")  # fmt: skip
+    apply(stack, "default", {
+        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering},
+    })  # fmt: skip
+    args = ("--all-namespaces", "--peering", peering)
+    # The peering objects are cluster-scoped and our ServiceAccount's role (manifests, peering off)
+    # does not grant them: the peered pair runs with the chart's peering grant's equivalent, admin.
+    high = OperatorProcess(stack.kubeconfig, stack.workdir / "op-high.log", args, priority=200)
+    low = OperatorProcess(stack.kubeconfig, stack.workdir / "op-low.log", args, priority=100)
+    stack.operator.stop()
+    try:
+        high.start()
+        low.start()
+        wait_for("the low-priority operator to stand by",
+                 lambda: "Pausing operations in favour of" in low.log(), 60)  # fmt: skip
+        name = "peered"
+        apply(stack, namespace, rsvc(name, cpu_spec()))
+        wait_ready(stack, namespace, name, 1)
+        assert f"{namespace}/{name}" in high.log(2000)
+        assert f"{namespace}/{name}" not in low.log(2000)
+
+        high.stop()  # the standby takes over
+        wait_for("the standby to resume", lambda: "Resuming operations" in low.log(), 90)
+        _patch(stack, namespace, name, {"replicas": 2})
+        obj = wait_ready(stack, namespace, name, 2)
+        assert obj["metadata"]["generation"] == 2
+        assert f"{namespace}/{name}" in low.log(2000)
+        delete_and_wait(stack, namespace, name)
+    finally:
+        high.stop()
+        low.stop()
+        stack.operator.start()
+
+
+def test_twenty_at_once_every_status_matches_the_truth(stack: Stack, namespace: str) -> None:
+    names = [f"burst-{i:02d}" for i in range(20)]
+    objects = [
+        rsvc(n, cpu_spec(template={"metadata": {"annotations": ready_after(300 + 250 * i)}}))
+        for i, n in enumerate(names)
+    ]
+    apply(stack, namespace, *objects)
+
+    def truth_and_status_agree(replicas: int) -> list[str] | None:
+        wrong = []
+        for n in names:
+            obj = get(stack, namespace, "rsvc", n) or {}
+            [dep] = children(stack, namespace, n, "deployments") or [{}]
+            ready = (dep.get("status") or {}).get("readyReplicas") or 0
+            st, cond = obj.get("status") or {}, condition(obj)
+            gen = obj.get("metadata", {}).get("generation")
+            if not (
+                ready == replicas
+                and st.get("readyReplicas") == replicas
+                and cond.get("status") == "True"
+                and cond.get("observedGeneration") == gen
+            ):
+                wrong.append(f"{n}: deployment ready {ready}, status {st.get('readyReplicas')} "
+                             f"{cond.get('status')}/{cond.get('reason')}")  # fmt: skip
+        return None if wrong else ["ok"]
+
+    wait_for("20 statuses to match their Deployments", lambda: truth_and_status_agree(1), 60, 2)
+    for n in names:  # a second burst: everyone scales at once
+        stack.kubectl("scale", f"rsvc/{n}", "-n", namespace, "--replicas=2")
+    wait_for("20 statuses to match after scaling", lambda: truth_and_status_agree(2), 60, 2)
+    stack.kubectl("delete", "rsvc", "--all", "-n", namespace, "--wait=true", timeout=180)
