@@ -58,17 +58,16 @@ class OperatorProcess:
         args = [*self.args, "--liveness-port", "0"]
         if self.priority is not None:
             args += ["--priority", str(self.priority)]
-        log = open(self.log_path, "a")
-        log.write(f"===== start {time.strftime('%H:%M:%S')}: {' '.join(args)}\n")
-        log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "radixserve_operator", *args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.log_path, "a") as log:  # the child keeps its own descriptor
+            log.write(f"===== start {time.strftime('%H:%M:%S')}: {' '.join(args)}\n")
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "radixserve_operator", *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:
         """Stop it (SIGKILL for a crash); returns the exit code."""

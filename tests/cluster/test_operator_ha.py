@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -26,6 +27,11 @@ from tests.cluster.scenario import (
 from tests.e2e.kind_cluster import wait_for
 
 pytestmark = pytest.mark.cluster
+
+
+def _paused(log: str) -> bool:
+    """kopf's last word on peering in this log: paused (or never resumed)."""
+    return log.rfind("Pausing operations in favour of") >= log.rfind("Resuming operations")
 
 
 def _patch(stack: Stack, namespace: str, name: str, spec: dict) -> None:
@@ -68,20 +74,24 @@ def test_two_peered_operators_exactly_one_acts(stack: Stack, namespace: str) -> 
     try:
         high.start()
         low.start()
-        wait_for("the low-priority operator to stand by",
-                 lambda: "Pausing operations in favour of" in low.log(), 60)  # fmt: skip
+        # kopf starts every peer paused; the highest priority resumes, and a lower one that
+        # resumed before it saw the higher peer pauses again in its favour
+        wait_for("the high-priority operator to act",
+                 lambda: "Resuming operations" in high.log(), 60)  # fmt: skip
+        time.sleep(3)
+        wait_for("the low-priority operator to stand by", lambda: _paused(low.log(5000)), 30)
         name = "peered"
         apply(stack, namespace, rsvc(name, cpu_spec()))
         wait_ready(stack, namespace, name, 1)
-        assert f"{namespace}/{name}" in high.log(2000)
-        assert f"{namespace}/{name}" not in low.log(2000)
+        created = "Handler 'on_create' succeeded"
+        assert created in high.log(5000) and created not in low.log(5000)
 
         high.stop()  # the standby takes over
         wait_for("the standby to resume", lambda: "Resuming operations" in low.log(), 90)
         _patch(stack, namespace, name, {"replicas": 2})
         obj = wait_ready(stack, namespace, name, 2)
         assert obj["metadata"]["generation"] == 2
-        assert f"{namespace}/{name}" in low.log(2000)
+        assert not high.alive()  # so the Deployment's new size came from the standby
         delete_and_wait(stack, namespace, name)
     finally:
         high.stop()
