@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -130,11 +131,29 @@ def shape_from_hints(hints: dict[str, Any]) -> ModelShape:
     )
 
 
-@functools.lru_cache(maxsize=256)
+UNREACHABLE_TTL_S = 300.0  # how long an unreachable hub is believed before asking again
+_unreachable: dict[tuple[str, str | None, str | None], tuple[float, str]] = {}
+
+
 def fetch_config(
     repo_id: str, revision: str | None = None, endpoint: str | None = None
 ) -> dict[str, Any]:
-    """config.json of a hub model (HF_TOKEN, HF_ENDPOINT from the environment); cached."""
+    """config.json of a hub model (HF_TOKEN, HF_ENDPOINT from the environment); cached. An
+    unreachable hub is remembered for `UNREACHABLE_TTL_S`: each attempt costs ~25 s of the hub
+    client's retries, and an air-gapped cluster would pay them on every reconcile."""
+    key = (repo_id, revision, endpoint)
+    seen = _unreachable.get(key)
+    if seen is not None and time.monotonic() - seen[0] < UNREACHABLE_TTL_S:
+        raise ModelConfigUnavailable(seen[1])
+    try:
+        return _fetch_config(repo_id, revision, endpoint)
+    except ModelConfigUnavailable as e:
+        _unreachable[key] = (time.monotonic(), str(e))
+        raise
+
+
+@functools.lru_cache(maxsize=256)
+def _fetch_config(repo_id: str, revision: str | None, endpoint: str | None) -> dict[str, Any]:
     from huggingface_hub import errors, hf_hub_download
 
     cache = os.environ.get("HF_HUB_CACHE") or os.path.join(

@@ -287,3 +287,26 @@ def test_fetch_reads_config_json_from_the_hub(fake_hub) -> None:
 def test_missing_repo_is_a_permanent_error(fake_hub) -> None:
     with pytest.raises(ModelConfigNotFound, match="no config.json for 'org/absent'"):
         fetch_config("org/absent", None, fake_hub)
+
+
+def test_an_unreachable_hub_is_not_asked_again_at_once(monkeypatch) -> None:
+    """Each attempt costs the hub client's retries (~25 s): an air-gapped cluster must not pay
+    them on every reconcile of a model with an explicit TP."""
+    from radixserve_operator import modelconfig
+
+    calls = []
+
+    def unreachable(repo: str, revision: str | None, endpoint: str | None) -> dict:
+        calls.append(repo)
+        raise ModelConfigUnavailable(f"cannot reach the hub for {repo!r}")
+
+    monkeypatch.setattr(modelconfig, "_fetch_config", unreachable)
+    monkeypatch.setattr(modelconfig, "_unreachable", {})
+    for _ in range(3):
+        with pytest.raises(ModelConfigUnavailable, match="org/offline"):
+            fetch_config("org/offline")
+    assert calls == ["org/offline"]
+    monkeypatch.setattr(modelconfig, "UNREACHABLE_TTL_S", 0.0)  # once believed long enough
+    with pytest.raises(ModelConfigUnavailable):
+        fetch_config("org/offline")
+    assert len(calls) == 2
