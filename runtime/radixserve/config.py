@@ -62,6 +62,8 @@ class ServerConfig:
     num_tokenizer: int = 0
     api_key: str | None = None
     shutdown_timeout: float = 30.0
+    default_max_tokens: int = 2048  # a chat request without max_tokens: bounds its KV reservation
+    metrics_without_key: bool = False
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:

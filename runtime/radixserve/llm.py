@@ -53,11 +53,10 @@ class LLM:
             **more,
         ))
         eng_cfg, sch_cfg = EngineConfig(**eng), SchedulerConfig(**sch)
-        self._followers: list = []
         if eng_cfg.tp > 1:  # NOTE: one TP group per process (torch.distributed is global)
             from radixserve.scheduler.tp_launch import start_group
 
-            self.scheduler, self._followers, self._rendezvous = start_group(eng_cfg, sch_cfg)
+            self.scheduler = start_group(eng_cfg, sch_cfg)
             atexit.register(self.close)
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
@@ -65,13 +64,10 @@ class LLM:
         self._uids = itertools.count()
 
     def close(self) -> None:
-        """Stop tensor-parallel followers (a no-op at TP=1)."""
-        if not self._followers:
-            return
-        from radixserve.scheduler.tp_launch import stop_group
-
-        followers, self._followers = self._followers, []
-        stop_group(self.scheduler, followers, self._rendezvous)
+        """Stop the tensor-parallel followers and leave the group (a no-op at TP=1)."""
+        close = getattr(self.scheduler, "close", None)
+        if close is not None:
+            close()
 
     def encode(self, prompt: Prompt, chat: bool) -> list[int]:
         if not isinstance(prompt, str):

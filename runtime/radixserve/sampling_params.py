@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+MAX_TOKEN_ID = 2**31 - 1  # also the largest max_tokens / top_k: every count fits in int32
+
 
 @dataclass
 class SamplingParams:
@@ -27,32 +29,40 @@ class SamplingParams:
 
     def validate(self) -> None:
         def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"{name} {why}, got {getattr(self, name)!r}")
+            got = repr(getattr(self, name))
+            return ValueError(f"{name} {why}, got {got if len(got) <= 40 else got[:40] + '…'}")
 
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
+        def integer(x: object) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if not integer(self.max_tokens):
             raise bad("max_tokens", "must be an integer")
-        if self.max_tokens < 1:
-            raise bad("max_tokens", "must be at least 1")
+        if not 1 <= self.max_tokens <= MAX_TOKEN_ID:
+            raise bad("max_tokens", f"must be in [1, {MAX_TOKEN_ID}]")
         if not 0.0 <= self.temperature <= 100.0:
             raise bad("temperature", "must be in [0, 100]")
-        if not isinstance(self.top_k, int) or (self.top_k < 1 and self.top_k != -1):
+        if not integer(self.top_k) or not (self.top_k == -1 or 1 <= self.top_k <= MAX_TOKEN_ID):
             raise bad("top_k", "must be -1 (disabled) or a positive integer")
         if not 0.0 < self.top_p <= 1.0:
             raise bad("top_p", "must be in (0, 1]")
         if not 0.0 <= self.min_p <= 1.0:
             raise bad("min_p", "must be in [0, 1]")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise bad("seed", "must be a non-negative integer")
+        if self.seed is not None and (not integer(self.seed) or not 0 <= self.seed < 2**63):
+            raise bad("seed", "must be an integer in [0, 2**63)")
         if not -2.0 <= self.presence_penalty <= 2.0:
             raise bad("presence_penalty", "must be in [-2, 2]")
         if not -2.0 <= self.frequency_penalty <= 2.0:
             raise bad("frequency_penalty", "must be in [-2, 2]")
         if not 0.0 < self.repetition_penalty <= 2.0:
             raise bad("repetition_penalty", "must be in (0, 2]")
-        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise bad("logprobs", "must be between 0 and 20")
-        if not all(isinstance(s, str) and s for s in self.stop):
+        if self.logprobs is not None and (not integer(self.logprobs) or not 0 <= self.logprobs <= 20):
+            raise bad("logprobs", "must be an integer between 0 and 20")
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", "must be non-empty strings")
+        if not isinstance(self.stop_token_ids, list) or not all(
+            integer(t) and 0 <= t <= MAX_TOKEN_ID for t in self.stop_token_ids
+        ):
+            raise bad("stop_token_ids", f"must be a list of integers in [0, {MAX_TOKEN_ID}]")
 
     @property
     def is_greedy(self) -> bool:

@@ -45,14 +45,12 @@ def test_late_follower_still_serves_first_request(tiny_ckpts, monkeypatch) -> No
 
 def test_dead_follower_fails_leader_fast(tiny_ckpts) -> None:
     llm = LLM(str(tiny_ckpts["llama"]), tp=2, dtype="float32", device="cpu")
-    (follower,) = llm._followers
+    (follower,) = llm.scheduler.followers
     follower.kill()
     follower.join()
-    start = time.monotonic()
     try:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match=r"rank 1 \(pid \d+\) was killed by SIGKILL"):
             llm.generate(PROMPTS, SP)
-        assert time.monotonic() - start < 30
     finally:
         llm.close()
 

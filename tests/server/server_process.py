@@ -22,14 +22,14 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, model: Path | None, log_path: Path, *extra: str) -> None:
+    def __init__(self, model: Path | None, log_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "radixserve", "serve", "--port", str(self.port), "--device", "cpu", *extra]
         if model is not None:
             cmd += ["--model", str(model)]
         self.log_path = log_path
-        env = os.environ | {"RADIXSERVE_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+        env = os.environ | {"RADIXSERVE_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"} | (env or {})
         self._log = open(log_path, "wb")  # noqa: SIM115 -- open for the server's lifetime
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
@@ -64,7 +64,8 @@ class ServerProcess:
     def metrics(self) -> dict[str, float]:
         """Unlabelled samples of /metrics (labelled ones keep their label text in the name)."""
         out = {}
-        for line in httpx.get(f"{self.base}/metrics", timeout=5).text.splitlines():
+        r = httpx.get(f"{self.base}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
+        for line in r.text.splitlines():
             if line and not line.startswith("#"):
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)

@@ -68,7 +68,9 @@ def test_max_tokens_filling_the_context_exactly_is_accepted(server) -> None:
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
-def test_health_and_metrics_need_no_key(server) -> None:
+def test_only_health_needs_no_key(server) -> None:
     assert httpx.get(f"{server.base}/health").status_code == 200
-    assert httpx.get(f"{server.base}/metrics").status_code == 200
-    assert httpx.get(f"{server.base}/v1/models").status_code == 401
+    for path in ("/metrics", "/v1/models", "/openapi.json", "/docs", "/redoc", "/health_generate", "/nowhere"):
+        r = httpx.get(f"{server.base}{path}")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
+    assert httpx.get(f"{server.base}/metrics", headers=AUTH).status_code == 200

@@ -73,3 +73,51 @@ def test_sigterm_drains_in_flight_stream_then_exits_zero(fresh_server) -> None:
     assert result.get("done") and result["usage"]["completion_tokens"] == 200
     assert srv.proc.wait(timeout=30) == 0
     assert not ipc.exists()
+
+
+def _stream_events(srv: ServerProcess, first_chunk: threading.Event, events: list) -> None:
+    body = {"prompt": "a b c", "max_tokens": 1000, "ignore_eos": True, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{srv.base}/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                first_chunk.set()
+
+
+def _assert_ends_with_error_then_done(events: list, status_type: str) -> None:
+    assert events[-1] == "[DONE]", events[-3:]
+    err = json.loads(events[-2])["error"]
+    assert err["type"] == status_type and err["message"], err
+    assert sum(e == "[DONE]" for e in events) == 1
+
+
+def test_stream_cut_by_scheduler_death_ends_with_error_and_done(fresh_server) -> None:
+    srv, first_chunk, events = fresh_server, threading.Event(), []
+    t = threading.Thread(target=_stream_events, args=(srv, first_chunk, events))
+    t.start()
+    assert first_chunk.wait(30)
+    os.kill(srv.child_pid("scheduler"), signal.SIGKILL)
+    t.join(30)
+    assert not t.is_alive()
+    _assert_ends_with_error_then_done(events, "service_unavailable")
+    assert srv.proc.wait(timeout=20) != 0
+    assert "Exception in ASGI application" not in srv.log()
+
+
+def test_stream_cut_by_the_drain_deadline_ends_with_error_and_done(tiny_model, tmp_path) -> None:
+    srv = ServerProcess(tiny_model, tmp_path / "server.log", "--shutdown-timeout", "1")
+    srv.wait_ready()
+    try:
+        first_chunk, events = threading.Event(), []
+        t = threading.Thread(target=_stream_events, args=(srv, first_chunk, events))
+        t.start()
+        assert first_chunk.wait(30)
+        srv.proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        assert not t.is_alive()
+        _assert_ends_with_error_then_done(events, "service_unavailable")
+        assert "drain deadline" in json.loads(events[-2])["error"]["message"]
+        assert srv.proc.wait(timeout=30) == 0
+        assert "Exception in ASGI application" not in srv.log()
+    finally:
+        srv.stop()

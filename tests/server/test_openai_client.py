@@ -131,7 +131,8 @@ def test_unknown_model_is_404(client) -> None:
 
 
 def test_health_generate_and_metrics(server) -> None:
-    assert httpx.get(f"{server.base}/health_generate", timeout=30).status_code == 200
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    assert httpx.get(f"{server.base}/health_generate", headers=auth, timeout=30).status_code == 200
     m = server.metrics()
     assert m['radixserve_requests_total{outcome="length"}'] >= 1
     assert m["radixserve_generation_tokens_total"] >= 16 and m["radixserve_prompt_tokens_total"] > 0

@@ -79,12 +79,14 @@ def test_too_long_prompt_gets_an_error_naming_the_limits(env) -> None:
     assert str(limit) in failed.message and str(limit + 2) in failed.message
 
 
-def test_auto_max_tokens_fills_the_context_left(env) -> None:
+@pytest.mark.parametrize("default", [5, 10**6])
+def test_auto_max_tokens_is_the_default_capped_to_the_context_left(env, default: int) -> None:
     loop, _ = env
-    msg = UserMsg(4, [5] * 10, _params(1), auto_max_tokens=True)
+    uid = 4 if default == 5 else 5
+    msg = UserMsg(uid, [5] * 10, _params(default), auto_max_tokens=True)
     loop.handle(msg)
-    assert msg.params.max_tokens == loop.scheduler.max_seq_len - 10
-    loop.handle(AbortMsg(4))
+    assert msg.params.max_tokens == min(default, loop.scheduler.max_seq_len - 10)
+    loop.handle(AbortMsg(uid))
     while loop.scheduler.has_work:
         loop.step()
 

@@ -1,4 +1,5 @@
-"""A `--tp 2` server (gloo on CPU) gives the TP=1 greedy tokens; killing rank 1 takes it down."""
+"""A `--tp 2` server (gloo on CPU) gives the TP=1 greedy tokens; killing rank 1 takes it down;
+SIGTERM stops it cleanly: exit code 0, no traceback, nothing left in its temp dir."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ PROMPTS = random_prompts(4, [3, 40, 9, 120], 300, seed=21)
 
 
 @pytest.fixture
-def tp_server(tiny_model, tmp_path):
+def tp_server(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the server's (and its ranks') temp dir
+    (tmp_path / "tmp").mkdir()
     srv = ServerProcess(tiny_model, tmp_path / "server.log", "--tp", "2", "--max-prefill-length", "32")
     srv.wait_ready()
     yield srv
@@ -40,4 +43,17 @@ def test_killing_rank1_exits_server_nonzero(tp_server) -> None:
     t0 = time.monotonic()
     code = tp_server.proc.wait(timeout=30)
     assert code != 0 and time.monotonic() - t0 < 30
-    assert re.search(r"tensor-parallel rank 1 \(pid \d+\) died", tp_server.log())
+    assert re.search(r"tensor-parallel rank 1 \(pid \d+\) was killed by SIGKILL", tp_server.log())
+
+
+def test_sigterm_stops_tp_server_cleanly(tp_server, tmp_path) -> None:
+    body = {"input_ids": PROMPTS[0], "sampling_params": {"max_tokens": 4, "ignore_eos": True}}
+    assert httpx.post(f"{tp_server.base}/generate", json=body, timeout=60).status_code == 200
+    follower = int(re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", tp_server.log()).group(1))
+    assert tp_server.stop() == 0, tp_server.log()[-3000:]
+    log = tp_server.log()
+    assert "Traceback" not in log, log[-3000:]
+    assert "tensor-parallel rank 1 left the group" in log
+    assert not list((tmp_path / "tmp").glob("radixserve-tp-*"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(follower, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -38,16 +39,20 @@ def describe(sched: Scheduler) -> str:
 
 
 def bench_config(
-    eng: EngineConfig, sch: SchedulerConfig, reqs: list[BenchRequest], warmup: int
+    eng: EngineConfig, sch: SchedulerConfig, reqs: list[BenchRequest], warmup: int,
+    report: Callable[[float, str], None] | None = None,
 ) -> tuple[float, str]:
     """Start a scheduler (a TP group at `eng.tp` > 1), warm it on the first `warmup` requests,
-    then time the whole workload: (output tokens/s, what ran)."""
+    then time the whole workload: (output tokens/s, what ran). `report` gets the same pair
+    before the scheduler is torn down, so the figure is out whatever the teardown does."""
     with scheduler_group(eng, sch) as sched:
         if warmup:
             run_scheduler(sched, reqs[:warmup], uid0=10**9)
         secs, toks = run_scheduler(sched, reqs)
         assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
         desc = describe(sched)
+        if report is not None:
+            report(toks / secs, desc)
         del sched
     gc.collect()  # the engine and its graph runner refer to each other
     if torch.cuda.is_available():

@@ -175,12 +175,14 @@ def run_offline(args: argparse.Namespace) -> int:
     def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
+        def report(tps: float, desc: str) -> None:
+            print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
+
         try:
-            tps, desc = bench_config(e, s, reqs, args.warmup)
+            tps, _ = bench_config(e, s, reqs, args.warmup, report)
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]")
         return tps
 
     ours = run("radixserve")

@@ -12,17 +12,24 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     p.add_argument("--num-tokenizer", type=int, default=0, help="tokenizer processes (0: the detokenizer tokenizes too)")
-    p.add_argument("--api-key", default=os.environ.get("RADIXSERVE_API_KEY"), help="require this bearer token (env RADIXSERVE_API_KEY)")
+    p.add_argument("--api-key", default=os.environ.get("RADIXSERVE_API_KEY"),
+                   help="require this bearer token; prefer env RADIXSERVE_API_KEY (a flag shows in `ps`)")
+    p.add_argument("--metrics-without-key", action="store_true", help="serve /metrics without the API key (for scrapers)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get to finish on SIGTERM")
+    p.add_argument("--default-max-tokens", type=int, default=2048,
+                   help="max_tokens of a chat request that gives none (capped to the context left)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.num_tokenizer < 0:
         raise SystemExit(f"--num-tokenizer must be non-negative, got {args.num_tokenizer}")
+    if args.default_max_tokens < 1:
+        raise SystemExit(f"--default-max-tokens must be positive, got {args.default_max_tokens}")
     engine, sched = configs_from_args(args)
     return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
-                        api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout)
+                        api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
+                        default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,12 +12,13 @@ import torch
 import torch.distributed as dist
 
 from radixserve.distributed.comm import BaseCommunicator, set_comm
-from radixserve.distributed.info import set_tp_info
+from radixserve.distributed.info import get_tp_info, set_tp_info
 
 # an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
 CONTROL_TIMEOUT = datetime.timedelta(days=30)
 INIT_WARN_S = 120  # forming the group takes seconds; say so in the log if it takes minutes
 INIT_TIMEOUT_ENV = "RADIXSERVE_TP_INIT_TIMEOUT_S"
+SHUTDOWN_TIMEOUT_S = 30.0
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +98,66 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> Non
     set_comm(TorchCommunicator(size, control))
 
 
-def shutdown_tp() -> None:
-    """Leave the TP group and return to the TP=1 identity (a new group may be joined later)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    else:
+def _leave(abort: bool) -> None:
+    if not dist.is_initialized():
         # A group that failed to form leaves torch's group counter (part of each group's name)
         # advanced, and only destroy_process_group() resets it: without this, the fresh ranks of
         # the next group would look for other names and wait forever.
         dist.distributed_c10d._world.group_count = 0
+    elif abort and dist.get_backend() == "nccl":
+        dist.distributed_c10d._abort_process_group()  # a peer is gone: nothing to agree with
+    else:
+        dist.destroy_process_group()  # gloo: local; NCCL: every rank calls it at once
+
+
+def _forget_groups() -> None:
+    """Drop torch's Python-side record of the groups, as `_abort_process_group` does after its
+    aborts, without touching the communicators (a thread is stuck in them): the process can
+    form a new group, at the cost of the stuck one's resources."""
+    c10d = dist.distributed_c10d
+    c10d._update_default_pg(None)
+    w = c10d._world
+    for table in (w.pg_map, w.pg_names, w.pg_group_ranks, w.pg_backend_config, w.pg_to_tag,
+                  w.tags_to_pg, w.pg_coalesce_state):
+        table.clear()
+    c10d._unregister_all_process_groups()
+    w.group_count = 0
+
+
+def shutdown_tp(abort: bool = False, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Leave the TP group and return to the TP=1 identity (a new group may be joined later).
+    Every rank calls this at the same point of the same exchange (after the `exit` broadcast),
+    since NCCL's destroy waits on its peers; with `abort` (a peer is gone) NCCL communicators are
+    aborted instead. Either way this returns within `timeout_s`: a teardown that does not is
+    logged and abandoned (the process is about to exit, or the next group says why it cannot form)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _leave(abort)
+        except Exception as e:  # noqa: BLE001 -- reported below; teardown must not raise
+            errors.append(e)
+
+    t = threading.Thread(target=run, name="tp-shutdown", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        logger.warning("tensor-parallel rank %d: leaving the group did not finish within %g s; "
+                       "going on without it", get_tp_info().rank, timeout_s)
+        _forget_groups()
+    elif errors:
+        logger.warning("tensor-parallel rank %d: leaving the group failed: %s",
+                       get_tp_info().rank, errors[0])
     set_tp_info(0, 1)
     set_comm(BaseCommunicator())
+
+
+def abort_tp() -> None:
+    """From another thread, when a peer has died: make a collective blocked on it return with an
+    error. NCCL only (its kernels would wait for the peer until the group's timeout); gloo
+    notices the closed socket by itself."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        try:
+            dist.distributed_c10d._abort_process_group()
+        except Exception as e:  # noqa: BLE001 -- best effort: the caller fails loudly anyway
+            logger.warning("aborting the NCCL communicators failed: %s", e)

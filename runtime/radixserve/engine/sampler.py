@@ -8,6 +8,8 @@ import torch
 if TYPE_CHECKING:
     from radixserve.scheduler.req import Req
 
+_MIN_TEMPERATURE = 1e-6  # below this, sampling is greedy in float32 anyway
+
 
 class SampleResult(NamedTuple):
     tokens: torch.Tensor  # [bs] int64, on the logits' device
@@ -31,6 +33,13 @@ def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
     return logits
 
 
+def scale(row: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`row / temperature` in a stable form: shifted so its maximum is 0 first, so a tiny
+    temperature sends the others to -inf (never inf - inf = nan), and floored so it never
+    rounds to 0 in float32. The softmax of the result is the same distribution."""
+    return (row - row.max()) / max(temperature, _MIN_TEMPERATURE)
+
+
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
     """Mask (to -inf) tokens outside top-k, the top-p nucleus and the min-p floor. [V] float32."""
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -43,6 +52,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
         sorted_logits, order = torch.sort(logits, descending=True)
         cum = torch.softmax(sorted_logits, -1).cumsum(-1)
         drop = cum - torch.softmax(sorted_logits, -1) >= top_p  # keep the token that crosses top_p
+        drop[0] = False  # NOTE: a top_p that rounds to 0 in float32 must still leave the best token
         logits = logits.clone()
         logits[order[drop]] = float("-inf")
     return logits
@@ -71,6 +81,9 @@ class Sampler:
         for i, req in enumerate(reqs):
             if req.params.has_penalties:
                 logits[i] = apply_penalties(logits[i], req)
+        # an extreme penalty (repetition_penalty 1e-40) overflows to inf: keep every logit finite
+        logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(torch.float32).max,
+                                  neginf=float("-inf"))
         want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
         logp = torch.log_softmax(logits, -1) if want_lp else None
         tokens = logits.argmax(-1)
@@ -78,7 +91,7 @@ class Sampler:
             p = req.params
             if p.is_greedy:
                 continue
-            row = filter_logits(logits[i] / p.temperature, p.top_k, p.top_p, p.min_p)
+            row = filter_logits(scale(logits[i], p.temperature), p.top_k, p.top_p, p.min_p)
             gen = req.generator or self.generator
             tokens[i] = torch.multinomial(torch.softmax(row, -1), 1, generator=gen)[0]
         if logp is None:

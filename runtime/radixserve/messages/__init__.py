@@ -5,6 +5,7 @@ from radixserve.messages.codec import decode, encode, message
 from radixserve.messages.transport import IpcAddresses, make_socket, recv_nowait, send
 from radixserve.messages.types import (
     AbortMsg,
+    Heartbeat,
     RequestFailed,
     RequestStarted,
     SchedulerStats,
@@ -17,7 +18,7 @@ from radixserve.messages.types import (
 )
 
 __all__ = [
-    "AbortMsg", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TokenBatch", "TokenLogprob",
+    "AbortMsg", "Heartbeat", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TokenBatch", "TokenLogprob",
     "TokenMsg", "TokenizeMsg", "UserMsg", "UserReply", "decode", "encode", "make_socket",
     "message", "recv_nowait", "send",
 ]

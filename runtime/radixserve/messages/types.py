@@ -1,6 +1,6 @@
 """The messages between the server's processes. Flow: API → TokenizeMsg → tokenizer → UserMsg →
 scheduler → TokenBatch → detokenizer → UserReply → API; AbortMsg goes to the scheduler from the API
-(client gone) and the detokenizer (stop string); SchedulerStats goes to the API periodically."""
+(client gone) and the detokenizer (stop string); SchedulerStats and Heartbeat go to the API periodically."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -96,6 +96,15 @@ class SchedulerStats:
     stats: dict[str, int]
     integrity_ok: bool | None
     unix_time: float
+
+
+@message
+@dataclass
+class Heartbeat:
+    """Scheduler → API several times a second from a thread of its own, so a long step does not silence it:
+    `step_age` is how long the scheduler loop's current iteration has been running."""
+
+    step_age: float
 
 
 @message

@@ -14,11 +14,22 @@ if TYPE_CHECKING:
 
 class PrefillAdder:
     """Fills one prefill batch of at most `budget` tokens: first the request whose prompt is
-    mid-chunk, then waiting requests in FIFO order while their whole reservation fits."""
+    mid-chunk, then waiting requests while their whole reservation fits.
+
+    Admission policy: arrival order, with bounded overtaking. When the oldest waiting request does
+    not fit (its prompt + max_tokens reservation exceeds the free KV), one of the next `LOOKAHEAD`
+    requests that fits may go first, so a small request is not starved behind huge ones; the
+    oldest may be overtaken at most `MAX_OVERTAKES` times, after which nothing passes it until it
+    fits, so a huge request is not starved either."""
+
+    LOOKAHEAD = 8
+    MAX_OVERTAKES = 32
 
     def __init__(self, cache: CacheManager, table: TableManager, max_running: int) -> None:
         self.cache, self.table, self.max_running = cache, table, max_running
         self.prefix_hit_tokens = 0
+        self._head: Req | None = None  # the oldest waiting request, and how often it was passed
+        self._overtakes = 0
 
     def schedule(self, running: list[Req], waiting: deque[Req], budget: int) -> list[tuple[Req, int]]:
         items: list[tuple[Req, int]] = []
@@ -27,11 +38,21 @@ class PrefillAdder:
                 n = min(req.remaining_prefill, budget)
                 items.append((req, n))
                 budget -= n
-        while budget > 0 and waiting and len(running) < self.max_running and self.table.num_free:
-            req = waiting[0]
+        i = 0
+        while budget > 0 and i < len(waiting) and len(running) < self.max_running and self.table.num_free:
+            if waiting[0] is not self._head:
+                self._head, self._overtakes = waiting[0], 0
+            if i > 0 and self._overtakes >= self.MAX_OVERTAKES:
+                break
+            req = waiting[i]
             if not self._admit(req):
-                break  # FIFO: no overtaking, so a long request is never starved
-            waiting.popleft()
+                if i >= self.LOOKAHEAD:
+                    break
+                i += 1
+                continue
+            del waiting[i]
+            if i > 0:
+                self._overtakes += 1
             running.append(req)
             n = min(req.remaining_prefill, budget)
             items.append((req, n))

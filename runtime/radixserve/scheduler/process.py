@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from radixserve.messages import (
     recv_nowait,
     send,
 )
+from radixserve.scheduler.heartbeat import HeartbeatThread
 from radixserve.utils.stack_dump import enable_stack_dumps
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ _IDLE_POLL_MS = 100
 _STATS_EVERY_S = 0.25
 _MEMORY = 1 << 16  # finished / early-aborted uids remembered
 _TOMBSTONE_TTL_S = 120.0
+_STOP = threading.Event()  # set by SIGTERM once serving
 
 
 class _Rank0Inbox:
@@ -57,7 +60,7 @@ class _Rank0Inbox:
 
 class SchedulerLoop:
     def __init__(self, scheduler, ctx: zmq.Context, addrs: IpcAddresses) -> None:
-        self.scheduler = scheduler
+        self.scheduler, self.ctx, self.addrs = scheduler, ctx, addrs
         self.inbox = _Rank0Inbox(ctx, addrs)
         self.to_detok = make_socket(ctx, zmq.PUSH, addrs.detokenizer, bind=False)
         self.to_api = make_socket(ctx, zmq.PUSH, addrs.frontend, bind=False)
@@ -73,9 +76,9 @@ class SchedulerLoop:
         if len(self.finished) > _MEMORY:
             self.finished.popitem(last=False)
 
-    def _fail(self, uid: int, message: str, param: str | None, code: str | None) -> None:
+    def _fail(self, uid: int, message: str, param: str | None, code: str | None, status: int = 400) -> None:
         self._remember_finished(uid)
-        send(self.to_detok, RequestFailed(uid, message, param, code))
+        send(self.to_detok, RequestFailed(uid, message, param, code, status))
 
     def _add(self, msg: UserMsg) -> None:
         if self.tombstones.pop(msg.uid, None) is not None or msg.uid in self.finished:
@@ -84,8 +87,8 @@ class SchedulerLoop:
         limit, n_in = self.scheduler.max_seq_len, len(msg.input_ids)
         if n_in == 0:
             return self._fail(msg.uid, "the prompt is empty", "prompt", None)
-        if msg.auto_max_tokens:
-            msg.params.max_tokens = max(1, limit - n_in)
+        if msg.auto_max_tokens:  # the server's default limit, capped to the context left
+            msg.params.max_tokens = max(1, min(msg.params.max_tokens, limit - n_in))
         if n_in + msg.params.max_tokens > limit:
             return self._fail(
                 msg.uid,
@@ -99,6 +102,9 @@ class SchedulerLoop:
             self.scheduler.add_request(msg.uid, msg.input_ids, msg.params)
         except ValueError as e:
             return self._fail(msg.uid, str(e), str(e).split(" ", 1)[0], None)
+        except Exception:  # a fault of this request alone: it fails, the others keep running
+            logger.exception("scheduler: could not admit request %d", msg.uid)
+            return self._fail(msg.uid, "internal error while admitting the request", None, None, 500)
         self.active[msg.uid] = n_in
         send(self.to_detok, RequestStarted(msg.uid, msg.params.stop, msg.params.logprobs is not None))
 
@@ -155,7 +161,11 @@ class SchedulerLoop:
 
     def run_forever(self, parent_pid: int) -> None:
         dead_follower = getattr(self.scheduler, "dead_follower", lambda: None)
+        heartbeat = HeartbeatThread(self.ctx, self.addrs).start()
         while os.getppid() == parent_pid:
+            if _STOP.is_set():  # SIGTERM: leave between steps, so a TP group can leave together
+                return
+            heartbeat.beat()
             if (dead := dead_follower()) is not None:
                 logger.error("scheduler: %s; exiting", dead)
                 sys.exit(1)
@@ -177,7 +187,7 @@ def create_scheduler(engine: EngineConfig, sched: SchedulerConfig, scheduler_cla
     if engine.tp > 1:
         from radixserve.scheduler.tp_launch import start_group
 
-        return start_group(engine, sched)[0]  # the followers are daemonic: they end with us
+        return start_group(engine, sched)  # closed by run_scheduler_process
     return load_scheduler_class(scheduler_class)(engine, sched)
 
 
@@ -191,13 +201,24 @@ def run_scheduler_process(
 ) -> None:
     """Entry point of the spawned scheduler process (TP = 1)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
+    signal.signal(signal.SIGTERM, _exit_now)  # while starting: unwind, so a TP group is stopped
     logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
     enable_stack_dumps("scheduler")
     import torch
 
     with torch.inference_mode():
         scheduler = create_scheduler(engine, sched, scheduler_class)
-        ctx = zmq.Context()
-        loop = SchedulerLoop(scheduler, ctx, addrs)
-        ack_queue.put(("scheduler", {"max_seq_len": int(scheduler.max_seq_len)}))
-        loop.run_forever(parent_pid)
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: _STOP.set())  # serving: stop between steps
+            ctx = zmq.Context()
+            loop = SchedulerLoop(scheduler, ctx, addrs)
+            ack_queue.put(("scheduler", {"max_seq_len": int(scheduler.max_seq_len)}))
+            loop.run_forever(parent_pid)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the teardown itself is bounded
+            if engine.tp > 1:  # the TP leader: leave the group with the followers
+                scheduler.close(grace_s=3.0)
+
+
+def _exit_now(*_) -> None:
+    raise SystemExit(143)

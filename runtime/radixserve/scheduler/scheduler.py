@@ -53,6 +53,8 @@ class Scheduler:
         self.reqs: dict[int, Req] = {}
         self._inflight: InFlight | None = None
         self._deferred: list[Req] = []  # finished, but the in-flight batch still writes their KV
+        self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
+        self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
 
     @property
     def model_path(self) -> Path:
@@ -104,6 +106,7 @@ class Scheduler:
         req.aborted = True
         if req.row < 0:
             self.waiting.remove(req)
+            self.aborted_waiting += 1
         else:
             self._retire(req)
 
@@ -135,6 +138,8 @@ class Scheduler:
         if not items:
             return None
         batch = build_batch(items, self.table, self.device, decode)
+        if not decode:
+            self.prefill_tokens += sum(n for _, n in items)
         for req, n in items:
             req.kv_len += n
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
@@ -212,6 +217,8 @@ class Scheduler:
             "kv_pages_used": self.cache.num_used_pages,
             "kv_pages_total": self.cache.num_pages,
             "prefix_hit_tokens": self.adder.prefix_hit_tokens,
+            "aborted_waiting": self.aborted_waiting,
+            "prefill_tokens": self.prefill_tokens,
             "evictable_tokens": size.evictable,
             "protected_tokens": size.protected,
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 import msgpack
 
@@ -14,6 +15,9 @@ from radixserve.distributed import get_comm
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.output import TokenOutput
 from radixserve.scheduler.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.tp_ranks import RankProcesses
 
 logger = logging.getLogger(__name__)
 
@@ -34,21 +38,46 @@ def _apply(sched: Scheduler, cmds: list[list]) -> bool:
     return True
 
 
-class TPLeader:
-    """Rank 0's face: the `Scheduler` interface, plus the broadcast to the followers."""
+def release_cuda_graphs(sched: Scheduler) -> None:
+    """NOTE: a captured NCCL collective keeps a reference on its communicator until its graph is
+    destroyed, and NCCL's finalize (inside destroy_process_group) waits for those references:
+    with the decode graphs alive, leaving the group hung on every rank (seen on two H200s). The
+    scheduler cannot step afterwards; it is being torn down."""
+    runner = getattr(sched.engine, "graph_runner", None)
+    if runner is None:
+        return
+    import torch
 
-    def __init__(self, sched: Scheduler, followers: list | None = None) -> None:
-        self.sched = sched
-        self.followers = followers or []  # multiprocessing.Process of ranks 1..N-1
+    torch.cuda.synchronize(sched.device)
+    for graph, _ in runner.graphs.values():
+        graph.reset()
+    runner.graphs.clear()
+    sched.engine.graph_runner = None
+
+
+class LeaderLost(RuntimeError):
+    """A follower's exchange with rank 0 failed: rank 0 is gone."""
+
+
+class TPLeader:
+    """Rank 0's face: the `Scheduler` interface, plus the broadcast to the followers and the
+    group's teardown (`close`)."""
+
+    def __init__(self, sched: Scheduler, ranks: RankProcesses | None = None,
+                 init_method: str | None = None) -> None:
+        self.sched, self.ranks, self.init_method = sched, ranks, init_method
         self._pending: list[list] = []
+        self._closed = False
+
+    @property
+    def followers(self) -> list:
+        """The followers' `multiprocessing.Process` objects, rank 1 first."""
+        return self.ranks.procs if self.ranks else []
 
     def dead_follower(self) -> str | None:
-        """A line naming the first follower that has died, if any (the leader may be idle and
+        """A line naming the first follower that has exited and why, if any (an idle leader
         would not notice through a collective)."""
-        for rank, p in enumerate(self.followers, start=1):
-            if not p.is_alive():
-                return f"tensor-parallel rank {rank} (pid {p.pid}) died with exit code {p.exitcode}"
-        return None
+        return self.ranks.dead() if self.ranks else None
 
     def __getattr__(self, name: str):
         return getattr(self.sched, name)
@@ -62,16 +91,55 @@ class TPLeader:
         self._pending.append(["abort", uid])
 
     def step(self) -> list[TokenOutput]:
-        get_comm().broadcast_bytes(_encode(self._pending))
-        self._pending = []
-        return self.sched.step()
+        if (dead := self.dead_follower()) is not None:
+            raise RuntimeError(dead)
+        try:
+            get_comm().broadcast_bytes(_encode(self._pending))
+            self._pending = []
+            return self.sched.step()
+        except Exception as e:  # a collective failed: name the rank that caused it, if one died
+            if (dead := self.dead_follower()) is not None:
+                raise RuntimeError(dead) from e
+            raise
 
-    def shutdown(self) -> None:
-        get_comm().broadcast_bytes(_encode([["exit"]]))
+    def close(self, grace_s: float = 30.0) -> None:
+        """Leave the group with the followers, in the same order on every rank: `exit` is
+        broadcast, then every rank leaves the group at once (NCCL's destroy waits on its
+        peers). If a follower is already gone, the communicators are aborted instead. Then the
+        followers are reaped and the rendezvous removed. Idempotent; always returns."""
+        from radixserve.distributed.torch_comm import shutdown_tp
+        from radixserve.scheduler.tp_launch import remove_rendezvous
+
+        if self._closed:
+            return
+        self._closed = True
+        if self.ranks is not None:
+            self.ranks.stop_watching()
+        healthy = self.dead_follower() is None
+        if healthy:
+            try:
+                get_comm().broadcast_bytes(_encode([["exit"]]))
+            except Exception as e:  # noqa: BLE001 -- a follower died meanwhile: abort below
+                logger.warning("tensor-parallel shutdown: the exit broadcast failed: %s", e)
+                healthy = False
+        if healthy:  # (a peer gone: a kernel may wait on it; aborting is what ends it)
+            release_cuda_graphs(self.sched)
+        shutdown_tp(abort=not healthy)
+        if self.ranks is not None:
+            self.ranks.reap(grace_s)
+        if self.init_method is not None:
+            remove_rendezvous(self.init_method)
 
 
 def follower_loop(sched: Scheduler) -> None:
-    """Ranks 1..N-1: wait for the leader's commands, apply, step; until told to exit."""
-    while _apply(sched, msgpack.unpackb(get_comm().broadcast_bytes(None))):
+    """Ranks 1..N-1: wait for the leader's commands, apply, step; until told to exit. A failed
+    exchange with the leader raises `LeaderLost`."""
+    while True:
+        try:
+            cmds = msgpack.unpackb(get_comm().broadcast_bytes(None))
+        except RuntimeError as e:
+            raise LeaderLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+        if not _apply(sched, cmds):
+            break
         sched.step()
     logger.info("TP follower exiting")

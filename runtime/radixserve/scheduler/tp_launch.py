@@ -1,12 +1,15 @@
-"""Start a tensor-parallel scheduler group: followers in spawned processes, the leader here."""
+"""Start and stop a tensor-parallel scheduler group: followers in spawned processes
+(`tp_ranks.py`), the leader here (`tp.py`)."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import logging
-import multiprocessing as mp
 import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -50,45 +53,64 @@ def join_rank(rank: int, eng: EngineConfig, init_method: str) -> EngineConfig:
     return eng
 
 
-def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_method: str) -> None:
-    from radixserve.scheduler.scheduler import Scheduler
-    from radixserve.scheduler.tp import follower_loop
+def _exit_when_orphaned(rank: int, leader_pid: int) -> None:
+    """A follower outlives its leader only by a killed leader: leave instead of waiting in a
+    collective (NCCL would wait for the group's timeout)."""
+    def run() -> None:
+        while os.getppid() == leader_pid:
+            time.sleep(1.0)
+        logging.getLogger(__name__).error("tensor-parallel rank %d: the leader (pid %d) is gone; "
+                                          "exiting", rank, leader_pid)
+        os._exit(1)
 
+    threading.Thread(target=run, name="orphan-watch", daemon=True).start()
+
+
+def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_method: str,
+                  pipe) -> None:
+    """A follower rank's process: tell rank 0 it is joining, join, serve the leader's commands,
+    leave the group with the others; a start that fails is reported to rank 0 through `pipe`."""
+    from radixserve.distributed.torch_comm import shutdown_tp
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.scheduler.tp import LeaderLost, follower_loop, release_cuda_graphs
+    from radixserve.scheduler.tp_ranks import FAILED, JOINING
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; rank 0 decides
     logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"),
                         format=f"[tp{rank}] %(levelname)s %(name)s: %(message)s")
-    time.sleep(float(os.environ.get("RADIXSERVE_TP_FOLLOWER_DELAY_S", "0")))  # tests: a late rank
-    sched_r = Scheduler(join_rank(rank, eng, init_method), sched)
-    logging.getLogger(__name__).info("tensor-parallel rank %d ready (pid %d)", rank, os.getpid())
-    follower_loop(sched_r)
+    log = logging.getLogger(__name__)
+    _exit_when_orphaned(rank, os.getppid())
+    try:
+        time.sleep(float(os.environ.get("RADIXSERVE_TP_FOLLOWER_DELAY_S", "0")))  # tests: late
+        if os.environ.get("RADIXSERVE_TP_FOLLOWER_FAIL"):  # tests: a rank whose start fails
+            raise RuntimeError(os.environ["RADIXSERVE_TP_FOLLOWER_FAIL"])
+        pipe.send_bytes(JOINING)
+        sched_r = Scheduler(join_rank(rank, eng, init_method), sched)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            pipe.send_bytes(FAILED + f"{type(e).__name__}: {e}".encode())
+        raise
+    log.info("tensor-parallel rank %d ready (pid %d)", rank, os.getpid())
+    try:
+        follower_loop(sched_r)
+    except LeaderLost as e:  # the leader died mid-exchange: one line, not a traceback
+        log.error("tensor-parallel rank %d: lost the leader (%s); exiting", rank, e)
+        sys.exit(1)
+    release_cuda_graphs(sched_r)
+    shutdown_tp()
+    log.info("tensor-parallel rank %d left the group", rank)
 
 
-def start_followers(eng: EngineConfig, sched: SchedulerConfig) -> tuple[str, list[mp.Process]]:
-    """Spawn ranks 1..tp-1; returns the rendezvous address for rank 0 and the processes. The
-    rendezvous folder is removed at exit (`remove_rendezvous`)."""
+def _prepare(eng: EngineConfig) -> tuple[EngineConfig, str]:
+    """Check `--tp` against the model (before any process starts); a fresh rendezvous path."""
     from transformers import AutoConfig
 
     from radixserve.models.default_model import resolve_model_path
 
     path = resolve_model_path(eng.model)
     validate_tp(eng.tp, AutoConfig.from_pretrained(path))
-    eng = dataclasses.replace(eng, model=str(path))
     init_method = "file://" + os.path.join(tempfile.mkdtemp(prefix="radixserve-tp-"), "rendezvous")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=follower_main, args=(r, eng, sched, init_method), daemon=True,
-                         name=f"radixserve-tp{r}") for r in range(1, eng.tp)]
-    for p in procs:
-        p.start()
-    return init_method, procs
-
-
-def start_leader(eng: EngineConfig, sched: SchedulerConfig, init_method: str,
-                 followers: list | None = None):
-    from radixserve.models.default_model import resolve_model_path
-    from radixserve.scheduler.scheduler import Scheduler
-    from radixserve.scheduler.tp import TPLeader
-
-    eng = dataclasses.replace(eng, model=str(resolve_model_path(eng.model)))
-    return TPLeader(Scheduler(join_rank(0, eng, init_method), sched), followers)
+    return dataclasses.replace(eng, model=str(path)), init_method
 
 
 def remove_rendezvous(init_method: str) -> None:
@@ -97,39 +119,33 @@ def remove_rendezvous(init_method: str) -> None:
     shutil.rmtree(os.path.dirname(init_method.removeprefix("file://")), ignore_errors=True)
 
 
-def _reap(followers: list, init_method: str, grace_s: float) -> None:
-    """Wait up to `grace_s` for each follower to exit, kill the rest, leave the TP group and
-    remove the rendezvous."""
-    from radixserve.distributed.torch_comm import shutdown_tp
-
-    for p in followers:
-        p.join(timeout=grace_s)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    shutdown_tp()
-    remove_rendezvous(init_method)
-
-
-def stop_group(leader, followers: list, init_method: str) -> None:
-    """Tell the followers to exit (if all are alive), then reap them: the teardown of
-    `start_group`."""
-    try:
-        if all(p.is_alive() for p in followers):
-            leader.shutdown()
-    finally:
-        _reap(followers, init_method, grace_s=30)
-
-
 def start_group(eng: EngineConfig, sched: SchedulerConfig):
-    """Spawn the followers and start the leader here: (leader, followers, rendezvous). If the
-    leader cannot start (a group that never forms, a bad model), the followers are stopped before
-    the error propagates."""
-    init_method, followers = start_followers(eng, sched)
+    """Spawn ranks 1..tp-1 and start rank 0 here; returns rank 0 as a `TPLeader`, whose
+    `close()` tears the group down. A rank that dies or fails while starting raises
+    `RuntimeError` naming it, as does a group that does not form within the init timeout; the
+    other ranks are stopped and the rendezvous removed before the error propagates."""
+    from radixserve.distributed.torch_comm import abort_tp, init_timeout_s, shutdown_tp
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.scheduler.tp import TPLeader
+    from radixserve.scheduler.tp_ranks import RankProcesses
+
+    eng, init_method = _prepare(eng)
+    limit = init_timeout_s()
+    ranks = RankProcesses(follower_main, lambda r: (r, eng, sched, init_method), eng.tp)
     try:
-        return start_leader(eng, sched, init_method, followers), followers, init_method
+        ranks.wait_joining(limit)
+        ranks.watch(lambda line: (logger.error("%s", line), abort_tp()))
+        try:
+            sched0 = Scheduler(join_rank(0, eng, init_method), sched)
+        except Exception as e:
+            if (dead := ranks.dead()) is not None:
+                raise RuntimeError(f"{dead} while starting; the group cannot form") from e
+            raise
+        return TPLeader(sched0, ranks, init_method)
     except BaseException:
-        _reap(followers, init_method, grace_s=0)  # nothing to tell them: the leader never came up
+        shutdown_tp(abort=True, timeout_s=5)
+        ranks.reap(grace_s=0)  # nothing to tell them: the group never formed
+        remove_rendezvous(init_method)
         raise
 
 
@@ -142,8 +158,8 @@ def scheduler_group(eng: EngineConfig, sched: SchedulerConfig) -> Iterator:
 
         yield Scheduler(eng, sched)
         return
-    leader, followers, init_method = start_group(eng, sched)
+    leader = start_group(eng, sched)
     try:
         yield leader
     finally:
-        stop_group(leader, followers, init_method)
+        leader.close()

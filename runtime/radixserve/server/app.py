@@ -5,15 +5,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.dispatch import Choice, Dispatch, Prompt, sse
+from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
+from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
 from radixserve.server.openai_api import router as openai_router
+from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
-from radixserve.server.state import ServerState, StateDep, authorize
+from radixserve.server.state import ServerState, StateDep
 
 _HEALTH_GENERATE_TIMEOUT_S = 30.0
 
@@ -21,6 +23,12 @@ _HEALTH_GENERATE_TIMEOUT_S = 30.0
 def _generate_result(c: Choice) -> dict:
     return {"text": c.text, "output_ids": c.token_ids, "finish_reason": c.finish_reason,
             "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}}
+
+
+async def _probe(s: ServerState) -> int:
+    d = Dispatch(s.frontend, [Prompt(input_ids=[0])], SamplingParams(max_tokens=1, ignore_eos=True), 1, False)
+    choices = await asyncio.wait_for(d.collect(None), _HEALTH_GENERATE_TIMEOUT_S)
+    return len(choices[0].token_ids)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -34,6 +42,10 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.server = state
     install_error_handlers(app)
     app.include_router(openai_router)
+    open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
+    install_openapi(app, open_paths, state.api_key is not None)
+    app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)
+    app.add_middleware(CatchAllMiddleware)  # outermost: even the key check cannot reset a connection
 
     @app.get("/health")
     async def health(s: StateDep) -> Response:
@@ -43,28 +55,31 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse({"status": "ok"})
 
     @app.get("/health_generate")
-    async def health_generate(raw: Request, s: StateDep) -> Response:
-        d = Dispatch(s.frontend, [Prompt(input_ids=[0])], SamplingParams(max_tokens=1, ignore_eos=True), 1, False)
+    async def health_generate(s: StateDep) -> Response:
+        # NOTE: concurrent probes share one generation, so probing cannot load the engine
+        if s.probe is None or s.probe.done():
+            s.probe = asyncio.ensure_future(_probe(s))
         try:
-            choices = await asyncio.wait_for(d.collect(raw), _HEALTH_GENERATE_TIMEOUT_S)
+            tokens = await asyncio.shield(s.probe)
         except (APIError, asyncio.TimeoutError) as e:
-            return JSONResponse(error_body(503, f"could not generate a token: {e!r}"), status_code=503)
-        return JSONResponse({"status": "ok", "tokens": len(choices[0].token_ids)})
+            reason = e.message if isinstance(e, APIError) else "timed out"
+            return JSONResponse(error_body(503, f"could not generate a token: {reason}"), status_code=503)
+        return JSONResponse({"status": "ok", "tokens": tokens})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics(s: StateDep) -> Response:
         return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/generate", dependencies=[Depends(authorize)])
+    @app.post("/generate")
     async def generate(req: GenerateRequest, raw: Request, s: StateDep):
         if (req.text is None) == (req.input_ids is None):
             raise APIError(400, "give exactly one of text and input_ids", "text")
         if req.text == "" or req.input_ids == []:
             raise APIError(400, "prompt must not be empty", "text" if req.text is not None else "input_ids")
+        sp = req.sampling_params
+        fields = sp.model_dump() | {"stop": [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])}
         try:
-            params = SamplingParams(**req.sampling_params)
-        except TypeError as e:
-            raise APIError(400, f"sampling_params: {e}", "sampling_params") from None
+            params = SamplingParams(**fields)
         except ValueError as e:
             raise bad_value(e) from None
         d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, 1, False)
@@ -80,6 +95,9 @@ def create_app(state: ServerState) -> FastAPI:
             yield sse(_generate_result(c))
             yield sse("[DONE]")
 
-        return StreamingResponse(events(await d.start()), media_type="text/event-stream")
+        first = await d.start(raw)
+        if first is None:
+            return Response(status_code=204)  # the client is gone: nobody reads this
+        return StreamingResponse(ending_properly(events(first)), media_type="text/event-stream")
 
     return app

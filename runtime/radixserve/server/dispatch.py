@@ -2,9 +2,10 @@
 at once or as a stream of events; server-sent events framing."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
-import time
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -12,7 +13,10 @@ from fastapi import Request
 
 from radixserve.messages import TokenizeMsg, TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.errors import APIError, error_body
 from radixserve.server.frontend import Frontend, RequestStream
+
+logger = logging.getLogger("radixserve.server")
 
 _DISCONNECT_CHECK_S = 0.5
 
@@ -61,38 +65,70 @@ class Dispatch:
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
 
-    async def start(self) -> UserReply:
-        """Submit, and wait for the first reply so that a rejected request still gets its 4xx."""
+    async def start(self, raw: Request | None = None) -> UserReply | None:
+        """Submit, and wait for the first reply so that a rejected request still gets its 4xx.
+        None when the client left first (while queued or prefilling): the request is aborted."""
         self.stream = await self.frontend.submit(self.msgs)
         try:
-            return await self.stream.next()
+            first = await self._next(raw)
         except BaseException:
             self.stream.close()
             raise
+        if first is None:
+            self.stream.close()
+        return first
 
-    async def events(self, first: UserReply, raw: Request | None) -> AsyncIterator[tuple[int, UserReply]]:
+    async def _next(self, raw: Request | None) -> UserReply | None:
+        """The next reply, or None as soon as the client is gone (checked while waiting)."""
+        assert self.stream is not None
+        if raw is None:
+            return await self.stream.next()
+        task = asyncio.ensure_future(self.stream.next())
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_CHECK_S)
+                if done:
+                    return task.result()
+                if await raw.is_disconnected():
+                    return None
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def events(self, first: UserReply | None, raw: Request | None) -> AsyncIterator[tuple[int, UserReply]]:
         """(choice index, reply) until every sub-request finished; aborts the rest if left early."""
         assert self.stream is not None
         try:
-            reply, checked = first, time.monotonic()
-            while True:
+            reply = first
+            while reply is not None:
                 yield self.index[reply.uid], reply
                 if self.stream.done:
                     return
-                if raw is not None and time.monotonic() - checked > _DISCONNECT_CHECK_S:
-                    checked = time.monotonic()
-                    if await raw.is_disconnected():
-                        return
-                reply = await self.stream.next()
+                reply = await self._next(raw)
         finally:
             self.stream.close()
 
     async def collect(self, raw: Request) -> list[Choice]:
         choices = [Choice(i) for i in range(len(self.msgs))]
-        async for i, reply in self.events(await self.start(), raw):
+        async for i, reply in self.events(await self.start(raw), raw):
             choices[i].add(reply)
         return choices
 
 
 def sse(payload: dict | str) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def ending_properly(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """An SSE stream that always ends with `[DONE]`: a failure after the headers were sent (a dead
+    scheduler, the drain deadline, a bug) becomes an error event first."""
+    try:
+        async for event in events:
+            yield event
+    except APIError as e:
+        yield sse(error_body(e.status, e.message, e.param, e.code))
+        yield sse("[DONE]")
+    except Exception:
+        logger.exception("stream failed")
+        yield sse(error_body(500, "internal server error"))
+        yield sse("[DONE]")

@@ -1,4 +1,5 @@
-"""OpenAI-style error bodies: `{"error": {"message", "type", "param", "code"}}` for every failure."""
+"""OpenAI-style error bodies: `{"error": {"message", "type", "param", "code"}}` for every failure.
+Messages never echo more than a short prefix of what the client sent (`short`)."""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
@@ -7,7 +8,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          422: "invalid_request_error", 503: "service_unavailable"}
+          405: "invalid_request_error", 422: "invalid_request_error", 503: "service_unavailable"}
+_ECHO_CHARS = 40
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic union-branch names
 
 
 class APIError(Exception):
@@ -16,13 +19,19 @@ class APIError(Exception):
         self.status, self.message, self.param, self.code = status, message, param, code
 
 
+def short(value: object) -> str:
+    """A client-given value as it may appear in a message: at most a short prefix of its repr."""
+    text = repr(value)
+    return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "…"
+
+
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def error_response(e: APIError) -> JSONResponse:
-    return JSONResponse(error_body(e.status, e.message, e.param, e.code), status_code=e.status)
+def error_response(e: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(e.status, e.message, e.param, e.code), status_code=e.status, headers=headers)
 
 
 def bad_value(e: ValueError) -> APIError:
@@ -30,11 +39,17 @@ def bad_value(e: ValueError) -> APIError:
     return APIError(400, str(e), str(e).split(" ", 1)[0] or None)
 
 
+def _most_specific(errors: list[dict]) -> dict:
+    """Of a union's per-branch errors, a bound or value error beats a type mismatch; then depth."""
+    return max(errors, key=lambda e: (not str(e.get("type", "")).endswith("_type"), len(e.get("loc", ()))))
+
+
 def _validation(exc: RequestValidationError) -> APIError:
-    err = exc.errors()[0] if exc.errors() else {}
+    errors = list(exc.errors())
+    err = _most_specific(errors) if errors else {}
     if err.get("type") == "json_invalid":
-        return APIError(400, f"the request body is not valid JSON: {err.get('msg', '')}")
-    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        return APIError(400, "the request body is not valid JSON")
+    loc = [str(p) for p in err.get("loc", ()) if p != "body" and "[" not in str(p) and str(p) not in _TYPE_TAGS]
     param = ".".join(loc) or None
     return APIError(400, f"{param or 'body'}: {err.get('msg', 'invalid value')}", param)
 
@@ -50,4 +65,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(APIError(exc.status_code, str(exc.detail)))
+        # NOTE: keep the exception's headers: a 405 must say which methods are allowed (`Allow`)
+        return error_response(APIError(exc.status_code, str(exc.detail)), exc.headers)

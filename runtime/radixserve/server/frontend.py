@@ -13,6 +13,7 @@ import zmq.asyncio
 
 from radixserve.messages import (
     AbortMsg,
+    Heartbeat,
     IpcAddresses,
     RequestFailed,
     SchedulerStats,
@@ -43,11 +44,13 @@ class RequestStream:
         """The next reply; APIError for a request the pipeline rejected or a dead server."""
         while True:
             try:
-                msg = await asyncio.wait_for(self.queue.get(), _LIVENESS_S)
+                msg = await asyncio.wait_for(self.queue.get(), self.frontend.wait_limit())
                 break
             except asyncio.TimeoutError:
                 if self.frontend.failure:
                     raise APIError(503, f"the server is failing: {self.frontend.failure}") from None
+                if self.frontend.past_drain_deadline():
+                    raise APIError(503, "the server is shutting down and its drain deadline has passed") from None
         if isinstance(msg, RequestFailed):
             self.pending.discard(msg.uid)
             self.frontend.metrics.on_finished("error", 0, 0)
@@ -89,7 +92,9 @@ class Frontend:
         self.routes: dict[int, asyncio.Queue] = {}
         self.uids = itertools.count(1)
         self.last_heartbeat = 0.0
+        self.step_age = 0.0  # seconds the scheduler's current loop iteration has run, per its heartbeat
         self.failure: str | None = None
+        self.drain_deadline: float | None = None  # monotonic; set when a graceful shutdown starts
 
     def start(self) -> None:
         """Bind the sockets and start routing; call inside the server's event loop."""
@@ -103,7 +108,9 @@ class Frontend:
         while True:
             msg: Any = decode(await self.inbox.recv())
             for item in msg if isinstance(msg, list) else [msg]:
-                if isinstance(item, SchedulerStats):
+                if isinstance(item, Heartbeat):
+                    self.last_heartbeat, self.step_age = time.monotonic(), item.step_age
+                elif isinstance(item, SchedulerStats):
                     self.last_heartbeat = time.monotonic()
                     self.metrics.on_stats(item)
                 elif (queue := self.routes.get(item.uid)) is not None:
@@ -112,10 +119,19 @@ class Frontend:
     async def submit(self, msgs: list[TokenizeMsg]) -> RequestStream:
         if self.failure:
             raise APIError(503, f"the server is failing: {self.failure}")
+        try:  # all or nothing: no sub-request is queued unless every one can be sent
+            frames = [encode(m) for m in msgs]
+        except (OverflowError, TypeError, ValueError) as e:
+            raise APIError(400, f"the request cannot be encoded: {type(e).__name__}") from None
         stream = RequestStream(self, [m.uid for m in msgs])
         for m in msgs:
             self.routes[m.uid] = stream.queue
-            await self.to_tokenizer.send(encode(m))
+        try:
+            for frame in frames:
+                await self.to_tokenizer.send(frame)
+        except BaseException:
+            stream.close()  # aborts what was sent: a cancelled submit leaves nothing behind
+            raise
         return stream
 
     def new_uid(self) -> int:
@@ -131,6 +147,14 @@ class Frontend:
         self.failure = reason
         for uid, queue in list(self.routes.items()):
             queue.put_nowait(RequestFailed(uid, f"the server is failing: {reason}", status=503))
+
+    def wait_limit(self) -> float:
+        if self.drain_deadline is None:
+            return _LIVENESS_S
+        return max(0.0, min(_LIVENESS_S, self.drain_deadline - time.monotonic()))
+
+    def past_drain_deadline(self) -> bool:
+        return self.drain_deadline is not None and time.monotonic() >= self.drain_deadline
 
     def heartbeat_age(self) -> float:
         return time.monotonic() - self.last_heartbeat

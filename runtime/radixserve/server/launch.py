@@ -29,6 +29,7 @@ from radixserve.tokenizer.worker import run_tokenizer_process
 logger = logging.getLogger("radixserve.server")
 _DEATH_TO_EXIT_S = 1.0  # keep answering /health with 503 this long before stopping
 _EXIT_BACKSTOP_S = 5.0
+_DRAIN_MARGIN_S = 2.0  # streams still running this long before the graceful timeout get an error
 
 
 def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack, scheduler_class: str) -> list:
@@ -97,6 +98,21 @@ def _supervise(children: list, state: ServerState, server: uvicorn.Server) -> No
     os._exit(1)
 
 
+class _DrainingServer(uvicorn.Server):
+    """uvicorn cancels the requests still running when its graceful timeout ends: a stream cut so
+    ends without a word. The frontend ends them first, with an error event and `[DONE]`."""
+
+    def __init__(self, state: ServerState, drain_s: float, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.state, self.drain_s = state, drain_s
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if self.state.frontend.drain_deadline is None:
+            margin = min(_DRAIN_MARGIN_S, max(1, int(self.drain_s)) / 2)
+            self.state.frontend.drain_deadline = time.monotonic() + max(1, int(self.drain_s)) - margin
+        super().handle_exit(sig, frame)
+
+
 def _raise_exit(*_) -> None:
     raise SystemExit(143)
 
@@ -121,8 +137,9 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER) -> int:
             return 1
         name = cfg.served_model_name or cfg.engine.model or Path(model_path).name
         metrics = ServerMetrics()
-        state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key)
-        server = uvicorn.Server(uvicorn.Config(
+        state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
+                            cfg.default_max_tokens, cfg.metrics_without_key)
+        server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(
             create_app(state), host=cfg.host, port=cfg.port, log_level=level.lower(), access_log=False,
             timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout))))
         threading.Thread(target=_supervise, args=(children, state, server), daemon=True).start()

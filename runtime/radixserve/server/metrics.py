@@ -23,22 +23,28 @@ class ServerMetrics:
         self.requests = Counter("radixserve_requests", "Finished requests by outcome", ["outcome"], registry=r)
         self.prompt_tokens = Counter("radixserve_prompt_tokens", "Prompt tokens processed", registry=r)
         self.generation_tokens = Counter("radixserve_generation_tokens", "Tokens generated", registry=r)
-        self.prefix_hits = Counter("radixserve_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        # scheduler-side counters: the scheduler reports running totals, these count the increase
+        self.counters = {
+            "prefix_hit_tokens": Counter("radixserve_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", registry=r),
+            "prefill_tokens": Counter("radixserve_prefill_tokens", "Prompt tokens computed by prefill", registry=r),
+            "aborted_waiting": Counter("radixserve_aborted_waiting_requests", "Requests aborted while waiting, before any prefill", registry=r),
+        }
         self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
         self.integrity = Gauge("radixserve_kv_integrity_ok", "1 when the idle scheduler's KV/radix check passed, 0 if it failed, -1 while busy", registry=r)
         self.ttft = Histogram("radixserve_time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("radixserve_inter_token_latency_seconds", "Time between tokens of a request", buckets=_LATENCY_BUCKETS, registry=r)
-        self._last_hits = 0
+        self._last: dict[str, int] = dict.fromkeys(self.counters, 0)
         self.integrity.set(-1)
 
     def on_stats(self, msg: SchedulerStats) -> None:
         for key, gauge in self.gauges.items():
             if key in msg.stats:
                 gauge.set(msg.stats[key])
-        hits = msg.stats.get("prefix_hit_tokens", self._last_hits)
-        if hits > self._last_hits:
-            self.prefix_hits.inc(hits - self._last_hits)
-        self._last_hits = hits
+        for key, counter in self.counters.items():
+            total = msg.stats.get(key, self._last[key])
+            if total > self._last[key]:
+                counter.inc(total - self._last[key])
+            self._last[key] = total
         self.integrity.set(-1 if msg.integrity_ok is None else int(msg.integrity_ok))
 
     def on_finished(self, outcome: str, prompt_tokens: int, completion_tokens: int) -> None:

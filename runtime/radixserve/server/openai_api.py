@@ -6,24 +6,29 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
 
-from radixserve.messages import TokenLogprob
+from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.dispatch import Choice, Dispatch, Prompt, sse, usage
-from radixserve.server.errors import APIError, bad_value
-from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from radixserve.server.state import ServerState, StateDep, authorize
+from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
+from radixserve.server.errors import APIError, bad_value, short
+from radixserve.server.protocol import (
+    MAX_N,
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+)
+from radixserve.server.state import ServerState, StateDep
 
-router = APIRouter(dependencies=[Depends(authorize)])
+router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
 
 
-def build_params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
         return SamplingParams(
-            max_tokens=16 if max_tokens is None else max_tokens,
+            max_tokens=max_tokens,
             temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
             seed=req.seed, ignore_eos=req.ignore_eos, stop=stop,
             stop_token_ids=list(req.stop_token_ids or []),
@@ -36,7 +41,7 @@ def build_params(req: SamplingFields, max_tokens: int | None, logprobs: int | No
 
 def _check_model(state: ServerState, model: str | None) -> None:
     if model is not None and model not in (state.model_name, state.model_path):
-        raise APIError(404, f"The model '{model}' does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
+        raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
 
 
 def _chat_messages(req: ChatCompletionRequest) -> list[dict]:
@@ -92,10 +97,12 @@ async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: l
     if not req.stream:
         choices = await d.collect(raw)
         return head | {"choices": [_choice(kind, c, with_logprobs) for c in choices], "usage": usage(choices, req.n)}
-    first = await d.start()
+    first = await d.start(raw)
+    if first is None:
+        return Response(status_code=204)  # the client is gone: nobody reads this
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return StreamingResponse(_stream(d, first, raw, head, kind, with_logprobs, include_usage, req.n),
-                             media_type="text/event-stream")
+    events = _stream(d, first, raw, head, kind, with_logprobs, include_usage, req.n)
+    return StreamingResponse(ending_properly(events), media_type="text/event-stream")
 
 
 def _choice(kind: str, c: Choice, with_logprobs: bool) -> dict:
@@ -106,7 +113,7 @@ def _choice(kind: str, c: Choice, with_logprobs: bool) -> dict:
     return {"index": c.index, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
 
 
-async def _stream(d: Dispatch, first, raw: Request, head: dict, kind: str, with_logprobs: bool,
+async def _stream(d: Dispatch, first: UserReply, raw: Request, head: dict, kind: str, with_logprobs: bool,
                   include_usage: bool, n: int) -> AsyncIterator[str]:
     head = head | {"object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
     extra = {"usage": None} if include_usage else {}
@@ -140,7 +147,9 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
-    params = build_params(req, limit, (req.top_logprobs or 0) if req.logprobs else None)
+    # no limit given: the server's default, capped to the context left once the prompt is known
+    params = build_params(req, state.default_max_tokens if limit is None else limit,
+                          (req.top_logprobs or 0) if req.logprobs else None)
     prompts = [Prompt(chat=_chat_messages(req))]
     return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs)
 
@@ -150,14 +159,16 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     _check_model(state, req.model)
     if req.echo:
         raise APIError(400, "echo is not supported", "echo")
-    params = build_params(req, req.max_tokens, req.logprobs)
+    params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs)
     prompts = _completion_prompts(req)
     _reject_empty(prompts)
+    if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue
+        raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * req.n}", "n")
     return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None)
 
 
 @router.get("/v1/models")
 async def models(state: StateDep) -> dict:
     card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
-            "root": state.model_path, "max_model_len": state.max_seq_len}
+            "root": state.model_name, "max_model_len": state.max_seq_len}  # never a filesystem path
     return {"object": "list", "data": [card]}

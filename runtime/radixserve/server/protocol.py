@@ -1,68 +1,117 @@
-"""Request bodies of the OpenAI-compatible and native endpoints (pydantic, validated by FastAPI).
-Unknown fields are accepted and ignored, as OpenAI's clients send fields this server lacks."""
+"""Request bodies of the OpenAI-compatible and native endpoints, validated once at the edge.
+
+Strict types (no `"5"` for 5, no `"yes"` for true), bounded integers (so nothing overflows msgpack or
+the engine), finite floats and valid Unicode (no lone surrogates): a body either validates whole or
+is rejected with a 400 before anything is queued. Unknown fields of the OpenAI routes are accepted
+and ignored, as OpenAI's clients send fields this server lacks.
+"""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+MAX_INT32 = 2**31 - 1
+MAX_SEED = 2**62  # seed + choice index must stay a valid 64-bit seed
+MAX_N = 64
+MAX_PROMPTS = 64
+MAX_STOP = 16
+MAX_LOGPROBS = 20
 
 
-class StreamOptions(BaseModel):
+def _unicode(s: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (it contains a lone surrogate)") from None
+    return s
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+StopString = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
+Prompt = StopString  # a prompt is never empty either
+TokenId = Annotated[int, Field(ge=0, le=MAX_INT32)]
+Stop = StopString | Annotated[list[StopString], Field(max_length=MAX_STOP)] | None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
+
+
+class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+class SamplingFields(_Strict):
+    model: Text | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    temperature: float = Field(1.0, ge=0.0, le=100.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1, le=MAX_INT32)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop: Stop = None
+    stop_token_ids: list[TokenId] | None = Field(None, max_length=1024)
     ignore_eos: bool = False
-    n: int = Field(1, ge=1, le=64)
+    n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
 
 
-class TextPart(BaseModel):
-    type: str
-    text: str | None = None
+class TextPart(_Strict):
+    type: Text
+    text: Text | None = None
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class ChatMessage(_Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = None
-    echo: bool = False
+    prompt: (Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)]
+             | Annotated[list[TokenId], Field(min_length=1)]
+             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False  # not supported: true is a 400
 
 
-class GenerateRequest(BaseModel):
+class GenerateSampling(_Strict):
+    """`/generate`'s `sampling_params`: the fields of `SamplingParams`, with its defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(16, ge=1, le=MAX_INT32)
+    temperature: float = Field(0.0, ge=0.0, le=100.0)
+    top_k: int = Field(-1, ge=-1, le=MAX_INT32)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    ignore_eos: bool = False
+    stop: Stop = None
+    stop_token_ids: list[TokenId] = Field(default_factory=list, max_length=1024)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+class GenerateRequest(_Strict):
     """Native `/generate`: text or token ids in, token ids and text out."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str | None = None
-    input_ids: list[int] | None = None
-    sampling_params: dict = Field(default_factory=dict)
+    text: Prompt | None = None
+    input_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
+    sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False

@@ -1,20 +1,23 @@
-"""What the HTTP handlers share: the frontend, metrics, the served model's identity and the
-health of the child processes; plus the API-key check."""
+"""What the HTTP handlers share: the frontend, metrics, the served model's identity, the serving
+limits and the health of the child processes."""
 from __future__ import annotations
 
 import asyncio
-import hmac
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from radixserve.server.errors import APIError
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
 
-HEARTBEAT_TIMEOUT_S = 5.0
+# No heartbeat for this long: the scheduler process is dead or frozen (its heartbeat thread runs
+# whatever its loop does). One loop iteration running this long: the scheduler is stuck.
+HEARTBEAT_TIMEOUT_S = float(os.environ.get("RADIXSERVE_HEARTBEAT_TIMEOUT_S", "5"))
+STUCK_STEP_S = float(os.environ.get("RADIXSERVE_STUCK_STEP_S", "600"))
+DEFAULT_MAX_TOKENS = 2048
 
 
 @dataclass
@@ -25,10 +28,13 @@ class ServerState:
     model_path: str
     max_seq_len: int
     api_key: str | None = None
+    default_max_tokens: int = DEFAULT_MAX_TOKENS  # a chat request without max_tokens
+    metrics_open: bool = False  # /metrics without the key
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor
     shutting_down: bool = False
     loop: asyncio.AbstractEventLoop | None = None  # the server's, for the supervisor thread
+    probe: asyncio.Future | None = None  # the /health_generate generation in progress
 
     def unhealthy_reason(self) -> str | None:
         if self.dead_child:
@@ -37,21 +43,13 @@ class ServerState:
             return "shutting down"
         if self.frontend.heartbeat_age() > HEARTBEAT_TIMEOUT_S:
             return f"no scheduler heartbeat for {self.frontend.heartbeat_age():.1f}s"
+        if self.frontend.step_age > STUCK_STEP_S:
+            return f"the scheduler has been stuck in one step for {self.frontend.step_age:.0f}s"
         return None
 
 
 def get_state(request: Request) -> ServerState:
     return request.app.state.server
-
-
-def authorize(request: Request) -> None:
-    key = get_state(request).api_key
-    if key is None:
-        return
-    given = request.headers.get("authorization", "")
-    token = given[7:] if given.lower().startswith("bearer ") else ""
-    if not hmac.compare_digest(token.encode(), key.encode()):
-        raise APIError(401, "Incorrect API key provided.", None, "invalid_api_key")
 
 
 StateDep = Annotated[ServerState, Depends(get_state)]

@@ -57,6 +57,10 @@ class TokenizerWorker:
         except ValueError as e:
             send(self.to_api, [RequestFailed(msg.uid, str(e), "messages" if msg.chat else "prompt")])
             return
+        except Exception:  # this request's fault alone: it fails, the worker keeps serving
+            logger.exception("tokenizer: could not tokenize request %d", msg.uid)
+            send(self.to_api, [RequestFailed(msg.uid, "internal error while tokenizing the prompt", status=500)])
+            return
         send(self.to_scheduler, UserMsg(msg.uid, ids, msg.params, msg.auto_max_tokens))
 
     def _detokenize(self, msgs: list[Any]) -> None:
@@ -65,7 +69,14 @@ class TokenizerWorker:
         for msg in msgs:
             if isinstance(msg, TokenBatch):
                 for out in msg.outputs:
-                    reply, stopped = d.process(out)
+                    try:
+                        reply, stopped = d.process(out)
+                    except Exception:  # fail this request alone and stop its generation
+                        logger.exception("detokenizer: could not detokenize request %d", out.uid)
+                        d.finish(out.uid)
+                        replies.append(RequestFailed(out.uid, "internal error while detokenizing", status=500))
+                        send(self.to_scheduler, AbortMsg(out.uid))
+                        continue
                     if reply is not None:
                         replies.append(reply)
                     if stopped:  # free the request's KV now, not at max_tokens
