@@ -20,7 +20,9 @@ install-dev: install
 run: install
 	$(PY) -m radixserve serve
 
-test: install-dev cluster-binaries
+# The Kubernetes build (CPU) overlaps the install (mostly downloads) on a fresh machine.
+test:
+	$(MAKE) -j2 --output-sync=line install-dev cluster-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The cluster tier's Kubernetes binaries, built (once, cached) before the tests so that the

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import build, controlplane
+# NOTE: controlplane (and its `cryptography`) is imported only where needed: `build` runs before
+# the project's dependencies are installed (`make test` overlaps the two).
+from . import build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,10 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help="print `export KUBECONFIG=…`")
     args = parser.parse_args(argv)
 
-    try:
-        if args.cmd == "build":
+    if args.cmd == "build":
+        try:
             print(build.ensure_binaries(force=args.force))
-        elif args.cmd == "up":
+        except build.BuildError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    from . import controlplane
+
+    try:
+        if args.cmd == "up":
             cluster = controlplane.up(args.root)
             print(f"kubeconfig: {cluster.kubeconfig}")
             print(f"  export KUBECONFIG={cluster.kubeconfig}")
@@ -52,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _status(root: Path | None) -> int:
+    from . import controlplane
+
     state = controlplane.state_dir(root)
     pids = controlplane.status(root)
     for name, pid in pids.items():
