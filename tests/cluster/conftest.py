@@ -107,3 +107,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     args = getattr(item, "funcargs", {})
     if report.when == "call" and report.failed and "stack" in args:
         report.sections.append(("cluster state", diagnostics(args["stack"], args.get("namespace"))))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The tier's own tally, so a CI log shows that it ran (and that nothing in it skipped)."""
+    counts = {
+        outcome: sum(
+            1
+            for r in terminalreporter.stats.get(outcome, [])
+            if getattr(r, "nodeid", "").startswith("tests/cluster/") and r.when in ("call", "setup")
+            and (outcome != "passed" or r.when == "call")
+        )
+        for outcome in ("passed", "failed", "error", "skipped")
+    }
+    if any(counts.values()):
+        terminalreporter.write_line(
+            "cluster tier (tests/cluster): " + ", ".join(f"{k} {v}" for k, v in counts.items())
+        )
