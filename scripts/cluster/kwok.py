@@ -37,7 +37,8 @@ def _ann(key: str) -> str:
     return f'.metadata.annotations["{key}"]'
 
 
-# --- node stages: KWOK v0.8.0 kustomize/stage/node/fast and node/heartbeat-with-lease, verbatim ---
+# --- node stages: the shape of KWOK v0.8.0's node/fast and node/heartbeat-with-lease (Apache-2.0); ---
+# NOTE: kwok loads no built-in stages when a config file is given, so the node ones are spelled out
 
 NODE_INITIALIZE = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
