@@ -1,4 +1,4 @@
-"""64 concurrent streams, a third cancelled mid-way: the rest complete, and the KV pool and the
+"""200 concurrent streams, a third cancelled mid-way: the rest complete, and the KV pool and the
 radix cache return to idle (read through /metrics)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 
 from tests.server.server_process import API_KEY
 
-N, MAX_TOKENS = 64, 24
+N, MAX_TOKENS = 200, 24
 
 
 async def _one(client: httpx.AsyncClient, i: int, cancel_after: int | None) -> tuple[str, int]:
@@ -48,8 +48,7 @@ async def _run_all(base: str) -> list[tuple[str, int]]:
 
 def test_concurrent_streams_with_cancellations_leave_the_cache_idle(server) -> None:
     before = server.metrics()
-    t0 = time.monotonic()
-    results = asyncio.run(asyncio.wait_for(_run_all(server.base), 150))
+    results = asyncio.run(asyncio.wait_for(_run_all(server.base), 300))  # a bound, not a claim
     kept = [r for i, r in enumerate(results) if i % 3 != 0]
     assert all(r == ("done", MAX_TOKENS) for r in kept), results
     assert all(r[0] == "cancelled" for i, r in enumerate(results) if i % 3 == 0)
@@ -69,4 +68,3 @@ def test_concurrent_streams_with_cancellations_leave_the_cache_idle(server) -> N
 
     # a cancelled stream whose last tokens were already sent may still finish as "length"
     assert delta("abort") + delta("length") == N and delta("abort") >= (N // 3 + 1) // 2
-    assert time.monotonic() - t0 < 150
