@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.operator_process import OperatorProcess, token_kubeconfig
-from tests.cluster.scenario import REPO, Stack
+from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.scenario import REPO, Stack, account_kubeconfig
 from tests.e2e.kind_cluster import Kubectl
 
 OPERATOR_NS = "radixserve-system"
@@ -59,13 +59,12 @@ def stack() -> Iterator[Stack]:
             "wait", "--for=condition=Established", "--timeout=60s",
             "crd/inferenceservices.radixserve.dev",
         )  # fmt: skip
-        token = kubectl("create", "token", OPERATOR_SA, "-n", OPERATOR_NS, "--duration=6h").strip()
-        operator = OperatorProcess(
-            token_kubeconfig(kubeconfig, token, workdir / "operator.kubeconfig"),
-            workdir / "operator.log",
+        operator = OperatorProcess(Path(), workdir / "operator.log")
+        stack = Stack(kubectl, kubeconfig, operator, workdir)
+        operator.kubeconfig = account_kubeconfig(
+            stack, OPERATOR_SA, OPERATOR_NS, workdir / "operator.kubeconfig"
         )
         operator.start()
-        stack = Stack(kubectl, kubeconfig, operator, workdir)
         try:
             yield stack
         finally:

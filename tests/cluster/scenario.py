@@ -33,6 +33,14 @@ class Stack:
     workdir: Path
 
 
+def account_kubeconfig(stack: Stack, account: str, namespace: str, out: Path) -> Path:
+    """A kubeconfig that acts as ServiceAccount `namespace/account` (so its RBAC is what is tested)."""
+    from tests.cluster.operator_process import token_kubeconfig
+
+    token = stack.kubectl("create", "token", account, "-n", namespace, "--duration=6h").strip()
+    return token_kubeconfig(stack.kubeconfig, token, out)
+
+
 def cpu_spec(**changes: Any) -> dict[str, Any]:
     """The CPU sample's spec (embedded model, no GPU) with small requests, plus `changes`."""
     sample = yaml.safe_load((REPO / "manifests/samples/inferenceservice-cpu.yaml").read_text())

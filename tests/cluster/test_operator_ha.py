@@ -13,6 +13,7 @@ from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.scenario import (
     REPO,
     Stack,
+    account_kubeconfig,
     apply,
     children,
     condition,
@@ -58,18 +59,21 @@ def test_operator_killed_mid_rollout_converges_without_duplicates(
 
 
 def test_two_peered_operators_exactly_one_acts(stack: Stack, namespace: str) -> None:
-    peering = "rs-ha"
-    stack.kubectl("apply", "-f", str(REPO / "charts/radixserve/crds/clusterkopfpeerings.kopf.dev.yaml"))
-    stack.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  "crd/clusterkopfpeerings.kopf.dev")  # fmt: skip
-    apply(stack, "default", {
-        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering},
-    })  # fmt: skip
+    """Two replicas as the chart runs them: peering on, each with the chart's ServiceAccount."""
+    import helm_python as helm
+
+    release = peering = "rs-ha"
+    values = {"fullnameOverride": release, "operator": {"replicas": 2, "peering": peering}}
+    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=release) as cfg:
+        cfg.install(str(REPO / "charts" / "radixserve"), release, values, namespace=release,
+                    create_namespace=True, timeout=120)  # fmt: skip
+    assert stack.kubectl.get("clusterkopfpeering", peering, "") is not None
+    chart_account = account_kubeconfig(
+        stack, f"{release}-operator", release, stack.workdir / "chart-operator.kubeconfig"
+    )
     args = ("--all-namespaces", "--peering", peering)
-    # The peering objects are cluster-scoped and our ServiceAccount's role (manifests, peering off)
-    # does not grant them: the peered pair runs with the chart's peering grant's equivalent, admin.
-    high = OperatorProcess(stack.kubeconfig, stack.workdir / "op-high.log", args, priority=200)
-    low = OperatorProcess(stack.kubeconfig, stack.workdir / "op-low.log", args, priority=100)
+    high = OperatorProcess(chart_account, stack.workdir / "op-high.log", args, priority=200)
+    low = OperatorProcess(chart_account, stack.workdir / "op-low.log", args, priority=100)
     stack.operator.stop()
     try:
         high.start()
@@ -97,6 +101,9 @@ def test_two_peered_operators_exactly_one_acts(stack: Stack, namespace: str) -> 
         high.stop()
         low.stop()
         stack.operator.start()
+        with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=release) as cfg:
+            cfg.uninstall(release, timeout=120)
+        stack.kubectl("delete", "namespace", release, "--wait=false", check=False)
 
 
 def test_twenty_at_once_every_status_matches_the_truth(stack: Stack, namespace: str) -> None:
