@@ -109,7 +109,10 @@ def test_queued_clients_that_leave_are_aborted_before_prefill(srv) -> None:
         key = "radixserve_aborted_waiting_requests_total"
         m = _wait_for(srv, lambda m: m[key] - before[key] >= 10 and m["radixserve_waiting"] == 0, 30)
         assert m[key] - before[key] == 10
-        assert m["radixserve_prefill_tokens_total"] == before["radixserve_prefill_tokens_total"], "none was prefilled"
+        # none of the 300-token queued prompts was prefilled (the bigs' own counters may still
+        # settle by a token or two: the first token is sent before the step's counters land)
+        prefilled = m["radixserve_prefill_tokens_total"] - before["radixserve_prefill_tokens_total"]
+        assert prefilled < len(queued["prompt"]), f"{prefilled} prefill tokens: a queued client was prefilled"
         assert m["radixserve_running"] == 2 and all(b.done_at is None for b in bigs)
     finally:
         for b in bigs:
