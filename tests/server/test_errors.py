@@ -34,13 +34,16 @@ CASES = [
     ("wrong api key", "/v1/chat/completions", {"Authorization": "Bearer wrong"}, CHAT, 401, None, "invalid_api_key"),
     ("missing api key", "/v1/completions", {}, {"prompt": "x"}, 401, None, "invalid_api_key"),
     ("n zero", "/v1/completions", AUTH, {"prompt": "x", "n": 0}, 400, "n", None),
+    ("top_logprobs over 20", "/v1/chat/completions", AUTH, CHAT | {"logprobs": True, "top_logprobs": 50}, 400, "top_logprobs", None),
+    ("form body", "/v1/chat/completions", AUTH | {"content-type": "application/x-www-form-urlencoded"}, b"model=tiny&max_tokens=3", 400, None, None),
+    ("json array body", "/v1/completions", AUTH, b'[{"prompt": "x"}]', 400, None, None),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_request(server, case) -> None:
     _, path, headers, body, status, param, code = case
-    kw = {"content": body, "headers": headers | {"content-type": "application/json"}} if isinstance(body, bytes) else {"json": body, "headers": headers}
+    kw = {"content": body, "headers": {"content-type": "application/json"} | headers} if isinstance(body, bytes) else {"json": body, "headers": headers}
     r = httpx.post(f"{server.base}{path}", timeout=60, **kw)
     assert r.status_code == status, r.text
     err = r.json()["error"]
@@ -74,3 +77,34 @@ def test_only_health_needs_no_key(server) -> None:
         r = httpx.get(f"{server.base}{path}")
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
     assert httpx.get(f"{server.base}/metrics", headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize(("body", "content_type"), [(b"model=tiny&max_tokens=3", "application/x-www-form-urlencoded"),
+                                                    (b'["x"]', "application/json"), (b"", "application/json")])
+def test_a_body_that_is_no_json_object_is_named_so(server, body: bytes, content_type: str) -> None:
+    r = httpx.post(f"{server.base}/v1/completions", headers=AUTH | {"content-type": content_type}, content=body, timeout=60)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert "JSON object" in message and "dictionary" not in message and not message.startswith("body:")
+
+
+def test_error_names_the_field_the_client_sent(server) -> None:
+    body = CHAT | {"logprobs": True, "top_logprobs": 21}
+    err = httpx.post(f"{server.base}/v1/chat/completions", headers=AUTH, json=body, timeout=60).json()["error"]
+    assert err["param"] == "top_logprobs" and err["message"].startswith("top_logprobs")
+
+
+def test_engine_field_is_renamed_to_the_clients() -> None:
+    from radixserve.server.errors import bad_value
+
+    e = bad_value(ValueError("logprobs must be an integer between 0 and 20"), {"logprobs": "top_logprobs"})
+    assert (e.param, e.message) == ("top_logprobs", "top_logprobs must be an integer between 0 and 20")
+
+
+@pytest.mark.parametrize(("headers", "says"), [({}, "didn't provide an API key"),
+                                               ({"Authorization": "Basic abc"}, "must be `Bearer YOUR_KEY`"),
+                                               ({"Authorization": "Bearer wrong"}, "Incorrect API key provided")])
+def test_401_says_what_is_wrong_with_the_key(server, headers: dict, says: str) -> None:
+    r = httpx.post(f"{server.base}/v1/completions", headers=headers, json={"prompt": "x"}, timeout=60)
+    assert r.status_code == 401 and says in r.json()["error"]["message"]
+    assert r.json()["error"]["code"] == "invalid_api_key" and r.headers["www-authenticate"] == "Bearer"

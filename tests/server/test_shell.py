@@ -83,3 +83,67 @@ def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+class _Out:
+    uid: int
+
+    def __init__(self, uid: int, token_id: int, finished: bool = False) -> None:
+        self.uid, self.token_id, self.finished = uid, token_id, finished
+        self.finish_reason = "length" if finished else None
+
+
+class _FakeScheduler:
+    """One token per step; `interrupt_at`: the step during which Ctrl-C arrives."""
+
+    max_seq_len = 512
+
+    def __init__(self, shell_ref: list, token_id: int, interrupt_at: int | None, steps: int = 5) -> None:
+        self.shell_ref, self.token_id, self.interrupt_at, self.steps = shell_ref, token_id, interrupt_at, steps
+        self.uid, self.n, self.aborted = None, 0, []
+
+    def add_request(self, uid: int, ids: list[int], params) -> None:
+        self.uid, self.n = uid, 0
+
+    def abort(self, uid: int) -> None:
+        self.aborted.append(uid)
+
+    def step(self) -> list[_Out]:
+        self.n += 1
+        if self.n == self.interrupt_at:
+            self.shell_ref[0]._on_sigint()  # the signal handler runs while the step computes
+        return [_Out(self.uid, self.token_id, finished=self.n == self.steps)]
+
+
+def _shell(tiny_tokenizer, interrupt_at: int | None):
+    from radixserve.cli.shell import ChatShell
+    from radixserve.sampling_params import SamplingParams
+
+    token_id = tiny_tokenizer.encode("a", add_special_tokens=False)[0]
+    ref: list = []
+    sched = _FakeScheduler(ref, token_id, interrupt_at)
+    shell = ChatShell(sched, tiny_tokenizer, SamplingParams(max_tokens=5), None)
+    ref.append(shell)
+    return shell, sched
+
+
+def test_ctrl_c_prints_nothing_more_and_forgets_the_turn(tiny_tokenizer) -> None:
+    import io
+
+    shell, sched = _shell(tiny_tokenizer, interrupt_at=3)
+    out = io.StringIO()
+    shell.turn("tell me a story", out)
+    reply, _, summary = out.getvalue().rpartition("\n[")
+    assert summary.endswith("cancelled]\n") and sched.aborted == [sched.uid]
+    assert reply == "a" * 2, "the token of the step Ctrl-C interrupted is not printed"
+    assert shell.history == [], "a cancelled turn is not kept in the history"
+    finished, _ = _shell(tiny_tokenizer, interrupt_at=None)
+    finished.turn("hi", io.StringIO())
+    assert [m["role"] for m in finished.history] == ["user", "assistant"]
+
+
+def test_help_is_a_command() -> None:
+    from radixserve.cli.shell import HELP, command
+
+    assert command(None, "/help") == HELP and "/help" in HELP
+    assert command(None, "/nope").startswith("[unknown command /nope]")

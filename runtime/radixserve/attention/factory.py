@@ -24,14 +24,20 @@ def available_backends(device_type: str) -> list[str]:
     return found + ["torch"]
 
 
-def _create_one(name: str, cfg: AttnConfig) -> BaseAttnBackend:
+def check_backend(name: str, device_type: str) -> None:
+    """ValueError unless backend `name` can run on `device_type` with what is installed; imports
+    nothing (the CLI checks `--attn` with it before any process starts)."""
     if name not in _MODULES:
         raise ValueError(f"unknown attention backend {name!r}; choose one of: auto, {', '.join(_MODULES)}")
-    if cfg.device.type != "cuda" and name != "torch":
+    if device_type != "cuda" and name != "torch":
         raise ValueError(f"attention backend {name!r} needs a CUDA device; use --attn torch on CPU")
     pkg = _NEEDS.get(name)
     if pkg and importlib.util.find_spec(pkg) is None:
         raise ValueError(f"attention backend {name!r} needs the {pkg!r} package (pip install 'radixserve[gpu]')")
+
+
+def _create_one(name: str, cfg: AttnConfig) -> BaseAttnBackend:
+    check_backend(name, cfg.device.type)
     importlib.import_module(_MODULES[name])
     return ATTN_BACKENDS.get(name)(cfg)
 

@@ -19,13 +19,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from radixserve.config import configs_from_args
-    from radixserve.llm import LLM
+    from radixserve.cli.preflight import UsageError, as_flag, check_engine
     from radixserve.sampling_params import SamplingParams
 
-    eng, sch = configs_from_args(args)
+    try:  # every flag before the model loads
+        sp = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                            top_p=args.top_p, top_k=args.top_k)
+    except ValueError as e:
+        raise UsageError(as_flag(str(e))) from None
+    eng, sch = check_engine(args)
+    from radixserve.llm import LLM
+
     llm = LLM(**{**eng.__dict__, **sch.__dict__})
-    sp = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                        top_p=args.top_p, top_k=args.top_k)
     print(llm.generate(args.prompt, sp, chat=args.chat)[0].text)
     return 0

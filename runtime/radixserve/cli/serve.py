@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from radixserve.config import ServerConfig, add_engine_args, configs_from_args
+from radixserve.cli.preflight import UsageError, bind_port, check_engine, resolve_model
+from radixserve.config import ServerConfig, add_engine_args
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
@@ -21,11 +22,15 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Every flag, the device and the model's presence and shape checked (`UsageError`), loading no
+    weight (a hub id is downloaded here to read its config)."""
     if args.num_tokenizer < 0:
-        raise SystemExit(f"--num-tokenizer must be non-negative, got {args.num_tokenizer}")
+        raise UsageError(f"--num-tokenizer must be non-negative, got {args.num_tokenizer}")
     if args.default_max_tokens < 1:
-        raise SystemExit(f"--default-max-tokens must be positive, got {args.default_max_tokens}")
-    engine, sched = configs_from_args(args)
+        raise UsageError(f"--default-max-tokens must be positive, got {args.default_max_tokens}")
+    if args.shutdown_timeout < 0:
+        raise UsageError(f"--shutdown-timeout must be non-negative, got {args.shutdown_timeout}")
+    engine, sched = check_engine(args)
     return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
@@ -33,9 +38,17 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from radixserve.server.launch import serve
+    """Errors before work: the port is bound and every check passed before the model is
+    converted or downloaded and before any child process starts."""
+    sock = bind_port(args.host, args.port)
+    try:
+        cfg = server_config_from_args(args)
+        model_path = resolve_model(cfg.engine.model)
+        from radixserve.server.launch import serve
 
-    return serve(server_config_from_args(args))
+        return serve(cfg, sock=sock, model_path=str(model_path))
+    finally:
+        sock.close()
 
 
 def add_parser(subparsers) -> None:

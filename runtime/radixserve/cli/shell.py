@@ -1,6 +1,7 @@
 """`radixserve shell`: chat with a model in the terminal. The engine runs in this process
 (`Scheduler` plus the server's incremental detokenizer); replies stream as they are generated.
-`/reset` clears the history, `/exit` or Ctrl-D leaves, Ctrl-C cancels the reply being written."""
+`/help` lists the commands, `/reset` clears the history, `/exit` or Ctrl-D leaves, Ctrl-C cancels
+the reply being written (nothing more of it is printed, and the cancelled turn is not kept)."""
 from __future__ import annotations
 
 import argparse
@@ -9,11 +10,11 @@ import itertools
 import signal
 import sys
 
-from radixserve.config import add_engine_args, configs_from_args
+from radixserve.config import add_engine_args
 from radixserve.messages import TokenizeMsg, TokenMsg
 from radixserve.sampling_params import SamplingParams
 
-HELP = "Type a message. /reset clears the history, /exit (or Ctrl-D) leaves, Ctrl-C cancels a reply."
+HELP = "Type a message. /help shows this, /reset clears the history, /exit (or Ctrl-D) leaves, Ctrl-C cancels a reply."
 
 
 class ChatShell:
@@ -67,7 +68,7 @@ class ChatShell:
                 reason = "cancelled"
                 break
             for o in self.scheduler.step():
-                if o.uid != uid:
+                if o.uid != uid or self.cancelled:  # NOTE: Ctrl-C during the step: print no more
                     continue
                 r, stopped = self.detok.process(TokenMsg(o.uid, o.token_id, o.finished, o.finish_reason, len(ids)))
                 if stopped:
@@ -77,19 +78,32 @@ class ChatShell:
                     out.write(r.text)
                     out.flush()
                     reason = r.finish_reason if r.finished else None
-        self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+        if reason != "cancelled":  # a cancelled turn is not part of the conversation
+            self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
         out.write(f"\n[{len(ids)} prompt tokens, {generated} generated, {reason}]\n")
+
+
+def command(shell: ChatShell, line: str) -> str:
+    """What a `/command` (other than /exit) does, and the line to print."""
+    if line == "/help":
+        return HELP
+    if line == "/reset":
+        shell.reset()
+        return "[history cleared]"
+    return f"[unknown command {line}] {HELP}"
 
 
 def run(args: argparse.Namespace) -> int:
     from prompt_toolkit import PromptSession
     from transformers import AutoTokenizer
 
-    from radixserve.models.default_model import resolve_model_path
+    from radixserve.cli.preflight import UsageError, check_engine, resolve_model
     from radixserve.scheduler.scheduler import Scheduler
 
-    engine, sched = configs_from_args(args)
-    model_path = str(resolve_model_path(engine.model))
+    engine, sched = check_engine(args)
+    if engine.tp > 1:
+        raise UsageError("--tp: the shell runs the engine in its own process; use `radixserve serve --tp N`")
+    model_path = str(resolve_model(engine.model))
     print(f"loading {engine.model or model_path} …", flush=True)
     scheduler = Scheduler(dataclasses.replace(engine, model=model_path), sched)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -106,11 +120,8 @@ def run(args: argparse.Namespace) -> int:
             break
         if line == "/exit":
             break
-        if line == "/reset":
-            shell.reset()
-            print("[history cleared]", flush=True)
-        elif line.startswith("/"):
-            print(f"[unknown command {line}] {HELP}", flush=True)
+        if line.startswith("/"):
+            print(command(shell, line), flush=True)
         elif line:
             shell.turn(line)
     print("bye", flush=True)

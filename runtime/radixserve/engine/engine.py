@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -36,12 +37,16 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
+        t0 = time.perf_counter()
         self.model_path: Path = resolve_model_path(cfg.model)
         self.dtype = resolve_dtype(cfg.dtype, AutoConfig.from_pretrained(self.model_path), self.device)
         self.model, self.hf_config = load_model(
             self.model_path, self.dtype, self.device, load_format=cfg.load_format
         )
         self.max_seq_len = int(self.hf_config.max_position_embeddings)
+        logger.info("load: %s weights on %s (%s) in %.1fs", self.model_path.name, self.device, self.dtype,
+                    time.perf_counter() - t0)
+        t1 = time.perf_counter()
         self.page_size = cfg.page_size
 
         hc, tp = self.hf_config, get_tp_info()
@@ -56,6 +61,8 @@ class Engine:
             hc.num_hidden_layers, self.num_pages, cfg.page_size, kv_heads, head_dim,
             self.dtype, self.device,
         )
+        logger.info("KV sizing: %d tokens (%.2f GiB) in %.1fs", self.num_pages * cfg.page_size,
+                    self.num_pages * cfg.page_size * per_token / 2**30, time.perf_counter() - t1)
         # one spare row, so a CUDA-graph padding request never aliases a live one
         self.table = TableManager(
             max_running_requests + 1, _round_up(self.max_seq_len, cfg.page_size), self.device
@@ -68,11 +75,14 @@ class Engine:
             page_table=self.table.page_table, device=self.device, dtype=self.dtype,
         )
         self.attn_backend = create_attn_backend(cfg.attn, self.attn_cfg)
+        t2 = time.perf_counter()
         self.graph_runner = self._make_graph_runner(cfg.cuda_graph_max_bs, max_running_requests)
+        if self.graph_runner is not None:
+            logger.info("graph capture: decode CUDA graphs in %.1fs", time.perf_counter() - t2)
         logger.info(
-            "engine ready: %s on %s (%s), KV %d pages x %d tokens, attention %s",
-            self.model_path, self.device, self.dtype, self.num_pages, cfg.page_size,
-            type(self.attn_backend).__name__,
+            "engine ready in %.1fs: %s on %s (%s), KV %d pages x %d tokens, attention %s",
+            time.perf_counter() - t0, self.model_path, self.device, self.dtype, self.num_pages,
+            cfg.page_size, type(self.attn_backend).__name__,
         )
 
     def _make_graph_runner(self, max_bs: int | None, max_running: int) -> CudaGraphRunner | None:

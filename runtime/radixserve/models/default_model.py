@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,29 +64,28 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     """Dequantise the GGUF with transformers into a float32 safetensors directory, written beside
     `target` and renamed into place, so an interrupted conversion never leaves a half cache."""
     import torch
-    from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    t0 = time.perf_counter()
     logger.info("converting %s to %s (first run only)", gguf.name, target)
     try:
-        with tqdm(total=3, desc=f"radixserve: preparing {EMBEDDED_NAME} (once)") as bar:
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            tokenizer.save_pretrained(tmp)
-            bar.update()
-            with _memoized_gguf_name_map():
-                model = AutoModelForCausalLM.from_pretrained(
-                    gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-                )
-            bar.update()
-            # NOTE: transformers refuses to save a model marked as GGUF-quantised; the weights are
-            # already dequantised, so drop the marker.
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            model.save_pretrained(tmp, safe_serialization=True)
-            bar.update()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer.save_pretrained(tmp)
+        logger.info("convert: tokenizer written (%.1fs)", time.perf_counter() - t0)
+        with _memoized_gguf_name_map():
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+            )
+        logger.info("convert: weights dequantised (%.1fs)", time.perf_counter() - t0)
+        # NOTE: transformers refuses to save a model marked as GGUF-quantised; the weights are
+        # already dequantised, so drop the marker.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        logger.info("convert: done, safetensors written in %.1fs", time.perf_counter() - t0)
         tmp.chmod(0o755)
         try:
             tmp.rename(target)

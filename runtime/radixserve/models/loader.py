@@ -27,7 +27,9 @@ def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torc
         if spec not in _DTYPES:
             raise ValueError(f"dtype must be auto|{'|'.join(_DTYPES)}, got {spec!r}")
         return _DTYPES[spec]
-    declared = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    declared = getattr(hf_config, "dtype", None)
+    if declared is None and "dtype" not in dir(type(hf_config)):  # NOTE: transformers < 4.56 only;
+        declared = getattr(hf_config, "torch_dtype", None)  # newer ones warn when asked for it
     if isinstance(declared, str):
         declared = _DTYPES.get(declared.removeprefix("torch."))
     if declared in (torch.float16, torch.bfloat16):

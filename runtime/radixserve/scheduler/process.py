@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from radixserve.logs import setup_logging
 from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
@@ -202,7 +203,7 @@ def run_scheduler_process(
     """Entry point of the spawned scheduler process (TP = 1)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
     signal.signal(signal.SIGTERM, _exit_now)  # while starting: unwind, so a TP group is stopped
-    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
+    setup_logging("scheduler")
     enable_stack_dumps("scheduler")
     import torch
 

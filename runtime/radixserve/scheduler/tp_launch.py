@@ -71,13 +71,13 @@ def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_met
     """A follower rank's process: tell rank 0 it is joining, join, serve the leader's commands,
     leave the group with the others; a start that fails is reported to rank 0 through `pipe`."""
     from radixserve.distributed.torch_comm import shutdown_tp
+    from radixserve.logs import setup_logging
     from radixserve.scheduler.scheduler import Scheduler
     from radixserve.scheduler.tp import LeaderLost, follower_loop, release_cuda_graphs
     from radixserve.scheduler.tp_ranks import FAILED, JOINING
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; rank 0 decides
-    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"),
-                        format=f"[tp{rank}] %(levelname)s %(name)s: %(message)s")
+    setup_logging(f"tp{rank}")
     log = logging.getLogger(__name__)
     _exit_when_orphaned(rank, os.getppid())
     try:

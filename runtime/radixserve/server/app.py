@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.access_log import AccessLogMiddleware
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
@@ -45,7 +46,8 @@ def create_app(state: ServerState) -> FastAPI:
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
     install_openapi(app, open_paths, state.api_key is not None)
     app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)
-    app.add_middleware(CatchAllMiddleware)  # outermost: even the key check cannot reset a connection
+    app.add_middleware(CatchAllMiddleware)  # even the key check cannot reset a connection
+    app.add_middleware(AccessLogMiddleware)  # outermost: every request gets its id and its line
 
     @app.get("/health")
     async def health(s: StateDep) -> Response:

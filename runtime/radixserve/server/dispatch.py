@@ -13,6 +13,7 @@ from fastapi import Request
 
 from radixserve.messages import TokenizeMsg, TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.access_log import current_access
 from radixserve.server.errors import APIError, error_body
 from radixserve.server.frontend import Frontend, RequestStream
 
@@ -64,6 +65,7 @@ class Dispatch:
                 self.msgs.append(TokenizeMsg(frontend.new_uid(), p, prompt.text, prompt.chat, prompt.input_ids, auto_max_tokens))
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
+        self.access = current_access.get()  # the HTTP request's record, for its access line
 
     async def start(self, raw: Request | None = None) -> UserReply | None:
         """Submit, and wait for the first reply so that a rejected request still gets its 4xx.
@@ -101,7 +103,10 @@ class Dispatch:
         try:
             reply = first
             while reply is not None:
-                yield self.index[reply.uid], reply
+                i = self.index[reply.uid]
+                if self.access is not None:
+                    self.access.on_reply(reply, i % self.n == 0)
+                yield i, reply
                 if self.stream.done:
                     return
                 reply = await self._next(raw)
@@ -126,6 +131,7 @@ async def ending_properly(events: AsyncIterator[str]) -> AsyncIterator[str]:
         async for event in events:
             yield event
     except APIError as e:
+        logger.warning("stream ended by an error (%d): %s", e.status, e.message)
         yield sse(error_body(e.status, e.message, e.param, e.code))
         yield sse("[DONE]")
     except Exception:

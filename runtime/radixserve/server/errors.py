@@ -34,9 +34,12 @@ def error_response(e: APIError, headers: dict[str, str] | None = None) -> JSONRe
     return JSONResponse(error_body(e.status, e.message, e.param, e.code), status_code=e.status, headers=headers)
 
 
-def bad_value(e: ValueError) -> APIError:
-    """A ValueError from validation: its message starts with the field's name."""
-    return APIError(400, str(e), str(e).split(" ", 1)[0] or None)
+def bad_value(e: ValueError, names: dict[str, str] | None = None) -> APIError:
+    """A ValueError from validation: its message starts with the field's name, which `names`
+    maps to the name the client used (chat's `top_logprobs` is the engine's `logprobs`)."""
+    field, _, rest = str(e).partition(" ")
+    field = (names or {}).get(field, field)
+    return APIError(400, f"{field} {rest}" if rest else field, field or None)
 
 
 def _most_specific(errors: list[dict]) -> dict:
@@ -49,6 +52,10 @@ def _validation(exc: RequestValidationError) -> APIError:
     err = _most_specific(errors) if errors else {}
     if err.get("type") == "json_invalid":
         return APIError(400, "the request body is not valid JSON")
+    if tuple(err.get("loc", ())) == ("body",):
+        # no body, a form, a JSON array or a scalar: name the real problem, not pydantic's "dictionary"
+        what = "is missing" if err.get("type") == "missing" else "must be a JSON object"
+        return APIError(400, f"the request body {what}; send a JSON object with Content-Type: application/json")
     loc = [str(p) for p in err.get("loc", ()) if p != "body" and "[" not in str(p) and str(p) not in _TYPE_TAGS]
     param = ".".join(loc) or None
     return APIError(400, f"{param or 'body'}: {err.get('msg', 'invalid value')}", param)

@@ -91,7 +91,9 @@ class Frontend:
         self.addrs, self.metrics = addrs, metrics
         self.routes: dict[int, asyncio.Queue] = {}
         self.uids = itertools.count(1)
-        self.last_heartbeat = 0.0
+        # NOTE: counted from now, not from 0: every child acknowledged before the frontend exists,
+        # so a probe in the first moment is not "no heartbeat for an hour"
+        self.last_heartbeat = time.monotonic()
         self.step_age = 0.0  # seconds the scheduler's current loop iteration has run, per its heartbeat
         self.failure: str | None = None
         self.drain_deadline: float | None = None  # monotonic; set when a graceful shutdown starts

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from multiprocessing.connection import wait
@@ -117,12 +118,14 @@ def _raise_exit(*_) -> None:
     raise SystemExit(143)
 
 
-def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER) -> int:
-    """Run the server until it is stopped; 0 after a clean shutdown, 1 after a child died."""
-    level = os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: socket.socket | None = None,
+          model_path: str | None = None) -> int:
+    """Run the server until it is stopped; 0 after a clean shutdown, 1 after a child died. `sock`:
+    the listening socket the CLI bound before any work (else uvicorn binds one once ready); `model_path`: the
+    resolved model directory (else resolved here)."""
     signal.signal(signal.SIGTERM, _raise_exit)  # during startup: clean up, then leave
-    model_path = str(resolve_model_path(cfg.engine.model))
+    t0 = time.perf_counter()
+    model_path = model_path or str(resolve_model_path(cfg.engine.model))
     addrs = IpcAddresses.create()
     logger.info("ipc sockets in %s", addrs.root)
     ack = mp.get_context("spawn").Queue()
@@ -135,18 +138,19 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER) -> int:
         except RuntimeError as e:
             logger.error("radixserve: startup failed: %s", e)
             return 1
+        logger.info("startup: every process ready in %.1fs", time.perf_counter() - t0)
         name = cfg.served_model_name or cfg.engine.model or Path(model_path).name
         metrics = ServerMetrics()
         state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
                             cfg.default_max_tokens, cfg.metrics_without_key)
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(
-            create_app(state), host=cfg.host, port=cfg.port, log_level=level.lower(), access_log=False,
+            create_app(state), host=cfg.host, port=cfg.port, log_config=None, access_log=False,
             timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout))))
         threading.Thread(target=_supervise, args=(children, state, server), daemon=True).start()
         for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal after its drain
             signal.signal(sig, lambda *_: None)
         logger.info("radixserve: serving %s on http://%s:%d", name, cfg.host, cfg.port)
-        server.run()
+        server.run(sockets=[sock] if sock is not None else None)
         return 1 if state.dead_child else 0
     finally:
         if state is not None:

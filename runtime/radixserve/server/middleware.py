@@ -26,16 +26,22 @@ class AuthMiddleware:
     def __init__(self, app: ASGIApp, api_key: str | None, open_paths: frozenset[str]) -> None:
         self.app, self.key, self.open_paths = app, api_key, open_paths
 
-    def _authorized(self, scope: Scope) -> bool:
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        token = given[7:] if given[:7].lower() == b"bearer " else b""
-        return hmac.compare_digest(token, self.key.encode())
+    def _refusal(self, scope: Scope) -> str | None:
+        """None when the request carries the key; else why not, in words."""
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        if given is None:
+            return "You didn't provide an API key. Send it in an Authorization header: `Authorization: Bearer YOUR_KEY`."
+        if given[:7].lower() != b"bearer ":
+            return "The Authorization header must be `Bearer YOUR_KEY`."
+        return None if hmac.compare_digest(given[7:], self.key.encode()) else "Incorrect API key provided."
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.key is None or scope["path"] in self.open_paths or self._authorized(scope):
+        if scope["type"] != "http" or self.key is None or scope["path"] in self.open_paths:
             return await self.app(scope, receive, send)
-        await _send_error(send, 401, "Incorrect API key provided.", "invalid_api_key",
-                          [(b"www-authenticate", b"Bearer")])
+        refusal = self._refusal(scope)
+        if refusal is None:
+            return await self.app(scope, receive, send)
+        await _send_error(send, 401, refusal, "invalid_api_key", [(b"www-authenticate", b"Bearer")])
 
 
 class CatchAllMiddleware:

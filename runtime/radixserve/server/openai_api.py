@@ -24,7 +24,9 @@ from radixserve.server.state import ServerState, StateDep
 router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
 
 
-def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
+                 names: dict[str, str] | None = None) -> SamplingParams:
+    """`names`: the request's name of an engine field, for the error's `param`."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
         return SamplingParams(
@@ -36,7 +38,7 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None) -> 
             repetition_penalty=req.repetition_penalty, logprobs=logprobs,
         )
     except ValueError as e:
-        raise bad_value(e) from None
+        raise bad_value(e, names) from None
 
 
 def _check_model(state: ServerState, model: str | None) -> None:
@@ -148,8 +150,9 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
     # no limit given: the server's default, capped to the context left once the prompt is known
+    names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     params = build_params(req, state.default_max_tokens if limit is None else limit,
-                          (req.top_logprobs or 0) if req.logprobs else None)
+                          (req.top_logprobs or 0) if req.logprobs else None, names)
     prompts = [Prompt(chat=_chat_messages(req))]
     return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from typing import Any
 
 import zmq
 
+from radixserve.logs import setup_logging
 from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
@@ -120,7 +122,9 @@ def run_tokenizer_process(
 ) -> None:
     """Entry point of a spawned tokenizer or detokenizer process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
-    logging.basicConfig(level=os.environ.get("RADIXSERVE_LOG_LEVEL", "INFO"))
+    setup_logging(name)
+    t0 = time.perf_counter()
     worker = TokenizerWorker(load_tokenizer(model_path), zmq.Context(), addrs, tokenize, detokenize)
+    logger.info("tokenizer loaded in %.1fs", time.perf_counter() - t0)
     ack_queue.put((name, {}))
     worker.run_forever(parent_pid)
