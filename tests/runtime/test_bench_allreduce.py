@@ -23,3 +23,16 @@ def test_refuses_without_enough_cuda_devices() -> None:
 def test_rejects_bad_arguments_naming_the_field(argv, field) -> None:
     with pytest.raises(SystemExit, match=f"bench allreduce: {field}"):
         main(["bench", "allreduce", *argv])
+
+
+def test_rejects_an_unknown_implementation() -> None:
+    with pytest.raises(SystemExit, match="bench allreduce: impls must be among nccl, one_shot"):
+        main(["bench", "allreduce", "--impl", "fastest"])
+
+
+@pytest.mark.parametrize("sub", ["offline", "latency"])
+def test_allreduce_modes_need_tp_and_valid_names(sub) -> None:
+    with pytest.raises(SystemExit, match="--allreduce needs --tp 2"):
+        main(["bench", sub, "--allreduce", "nccl"])
+    with pytest.raises(SystemExit, match="--allreduce takes auto, nccl, one_shot, two_shot, got fast"):
+        main(["bench", sub, "--tp", "2", "--allreduce", "fast"])

@@ -30,9 +30,21 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> 
     return time.perf_counter() - start, produced
 
 
+def allreduce_desc() -> str:
+    """This rank's all-reduce: symmetric memory (NCCL above its limits) or NCCL alone."""
+    from radixserve.distributed import get_comm
+
+    fast = getattr(get_comm(), "fast", None)
+    if fast is None:
+        return "all-reduce nccl"
+    p = fast.policy
+    return (f"all-reduce {p.mode}: one-shot <= {p.one_shot_max_bytes // 1024} KiB, "
+            f"two-shot <= {p.two_shot_max_bytes // 1024} KiB, else nccl")
+
+
 def describe(sched: Scheduler) -> str:
     eng = sched.engine
-    tp = f"tp {eng.cfg.tp}, " if eng.cfg.tp > 1 else ""
+    tp = f"tp {eng.cfg.tp}, {allreduce_desc()}, " if eng.cfg.tp > 1 else ""
     return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, {tp}attn {type(eng.attn_backend).__name__}, "
             f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
             f"cache {sched.cfg.cache}, page {eng.page_size}")

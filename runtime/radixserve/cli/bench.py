@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from radixserve.config import add_engine_args
@@ -21,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--baseline-batch-size", type=int, default=64)
     off.add_argument("--ablate", action="store_true", help="rerun without overlap, CUDA graphs, radix cache")
     off.add_argument("--warmup", type=int, default=16, help="requests run before the timed region")
+    off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
+                     help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
+                          "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
     off.set_defaults(func=run_offline)
 
     lat = bsub.add_parser("latency", help="decode step time at fixed batch sizes")
@@ -30,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lat.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
     lat.add_argument("--input-len", type=int, default=128)
     lat.add_argument("--steps", type=int, default=64)
+    lat.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
+                     help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
+                          "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
     lat.set_defaults(func=run_latency)
 
     on = bsub.add_parser("online", help="Poisson arrivals against a running server")
@@ -46,11 +53,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
 
-    ar = bsub.add_parser("allreduce", help="NCCL all-reduce time per decode step (CUDA graphs)")
+    ar = bsub.add_parser("allreduce", help="all-reduce time per decode step (CUDA graphs): NCCL "
+                         "against the symmetric-memory one-shot/two-shot kernels")
     ar.add_argument("--tp", type=int, default=2, help="GPUs (one process each)")
     ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
     ar.add_argument("--hidden", type=int, default=5120, help="hidden size (default: Qwen3-14B)")
     ar.add_argument("--layers", type=int, default=40, help="layers per decode step (2 all-reduces each)")
+    ar.add_argument("--impl", nargs="+", default=["nccl", "one_shot", "two_shot", "auto"],
+                    help="implementations to time: nccl, one_shot, two_shot, auto (the engine's pick)")
     ar.set_defaults(func=run_allreduce)
 
 
@@ -70,21 +80,63 @@ def _engine_configs(args: argparse.Namespace):
     return eng, sch
 
 
+def _allreduce_modes(args: argparse.Namespace) -> list[str | None]:
+    """The `--allreduce` modes to run in turn (None: leave RADIXSERVE_ALLREDUCE as it is);
+    checked before any process starts."""
+    from radixserve.distributed.allreduce_choice import ENV, MODES
+
+    modes = args.allreduce or [None]
+    if bad := [m for m in modes if m is not None and m not in MODES]:
+        raise SystemExit(f"bench: --allreduce takes {', '.join(MODES)}, got {', '.join(bad)}")
+    if args.allreduce and args.tp < 2:
+        raise SystemExit("bench: --allreduce needs --tp 2 or more (TP=1 has no all-reduce)")
+    if os.environ.get(ENV) and args.allreduce:
+        raise SystemExit(f"bench: --allreduce and {ENV} are both set; use one")
+    return modes
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ.pop(name) if old is None else os.environ.__setitem__(name, old)
+
+
 def run_latency(args: argparse.Namespace) -> int:
     import dataclasses
+    import gc
+
+    import torch
 
     from radixserve.bench.latency import decode_step_ms
-    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.bench.offline import allreduce_desc
+    from radixserve.distributed.allreduce_choice import ENV
+    from radixserve.scheduler.tp_launch import scheduler_group
 
+    modes = _allreduce_modes(args)
     eng, sch = _engine_configs(args)
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
-    sched = Scheduler(eng, sch)
-    print(f"decode step, input {args.input_len} tokens, {args.steps} steps, {sched.device} "
-          f"({sched.engine.dtype}), attention {type(sched.engine.attn_backend).__name__}, "
-          f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}")
-    for i, bs in enumerate(args.batch_sizes):
-        ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
-        print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s")
+    for mode in modes:
+        with _env(ENV, mode), scheduler_group(eng, sch) as sched:
+            tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
+            print(f"decode step, input {args.input_len} tokens, {args.steps} steps, {sched.device} "
+                  f"({sched.engine.dtype}){tp}, attention {type(sched.engine.attn_backend).__name__}, "
+                  f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
+                  f"{'on' if sched.overlap else 'off'}", flush=True)
+            for i, bs in enumerate(args.batch_sizes):
+                ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
+                print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
+            del sched
+        # NOTE: without this the next mode's engine found no memory for its KV cache (two H200s,
+        # Qwen3-14B at TP=2: "budget -2.37 GiB"); the engine and its graph runner refer to each other
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return 0
 
 
@@ -92,7 +144,8 @@ def run_allreduce(args: argparse.Namespace) -> int:
     from radixserve.bench.allreduce import AllReduceBench, require_devices, run_allreduce_bench
 
     try:
-        bench = AllReduceBench(args.tp, tuple(args.batch_sizes), args.hidden, args.layers)
+        bench = AllReduceBench(args.tp, tuple(args.batch_sizes), args.hidden, args.layers,
+                               impls=tuple(args.impl))
         require_devices(bench.tp)
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"bench allreduce: {e}") from None
@@ -157,6 +210,7 @@ def run_offline(args: argparse.Namespace) -> int:
     from radixserve.bench.offline import bench_config
     from radixserve.bench.workload import random_workload
 
+    modes = _allreduce_modes(args)
     eng, sch = _engine_configs(args)
     big = args.model_preset is not None
     n = args.num_prompts or (256 if big else 64)
@@ -185,7 +239,13 @@ def run_offline(args: argparse.Namespace) -> int:
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         return tps
 
-    ours = run("radixserve")
+    from radixserve.distributed.allreduce_choice import ENV
+
+    ours = 0.0
+    for mode in modes:
+        label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
+        tps = run(label, env=None if mode is None else {ENV: mode})
+        ours = ours or tps  # the first mode is the one the ablations and baseline compare with
     if args.ablate:
         for label, kw in [
             ("  overlap off", {"env": {"RADIXSERVE_DISABLE_OVERLAP": "1"}}),

@@ -11,8 +11,15 @@ import threading
 import torch
 import torch.distributed as dist
 
+from radixserve.distributed.allreduce_choice import (
+    NCCL,
+    AllReducePolicy,
+    is_aligned,
+    policy_from_env,
+)
 from radixserve.distributed.comm import BaseCommunicator, set_comm
 from radixserve.distributed.info import get_tp_info, set_tp_info
+from radixserve.distributed.symm_allreduce import SymmAllReduce, try_symm_allreduce
 
 # an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
 CONTROL_TIMEOUT = datetime.timedelta(days=30)
@@ -24,10 +31,22 @@ logger = logging.getLogger(__name__)
 
 
 class TorchCommunicator(BaseCommunicator):
-    def __init__(self, size: int, control: dist.ProcessGroup) -> None:
-        self.size, self.control = size, control
+    """`fast`: the symmetric-memory all-reduce (CUDA, NVLink), used where its policy picks it;
+    NCCL (or gloo on CPU) for everything else."""
+
+    def __init__(self, size: int, control: dist.ProcessGroup, fast: SymmAllReduce | None = None) -> None:
+        self.size, self.control, self.fast = size, control, fast
+
+    def all_reduce_kind(self, x: torch.Tensor) -> str:
+        """What `all_reduce(x)` runs: "nccl" (the process group's backend), "one_shot" or "two_shot"."""
+        if self.fast is None:
+            return NCCL
+        return self.fast.policy.pick(x.numel() * x.element_size(), x.dtype, is_aligned(x), True)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        kind = self.all_reduce_kind(x)
+        if kind != NCCL:
+            return self.fast.all_reduce(x, kind)
         dist.all_reduce(x)
         return x
 
@@ -63,9 +82,41 @@ def init_timeout_s() -> float:
     return secs
 
 
+_SYMM_USED = False  # this process has made a symmetric-memory buffer (see _agree_on_symm)
+
+
+def _agree_on_symm(comm: TorchCommunicator, policy: AllReducePolicy, rank: int, size: int,
+                   device: torch.device, group_name: str = "") -> SymmAllReduce | None:
+    """The symmetric-memory all-reduce on every rank, or on none: the ranks must pick the same
+    kernel for the same tensor, and making the buffer is a collective, so the ranks agree (MIN
+    over the control group) before making it and again after.
+
+    NOTE: once per process. A second TP group in the same process (tests, a bench with several
+    runs) that made a buffer again hung on two H200s (torch 2.11: the second group's pytest case
+    printed nothing for 150 s; the group name "0" comes back after a teardown). A later group in
+    this process uses NCCL and says so."""
+    global _SYMM_USED
+    wanted = device.type == "cuda" and policy.wants_symm_mem
+    if comm.min_int(1 if wanted and not _SYMM_USED else 0) == 0:
+        if wanted and _SYMM_USED:
+            logger.warning("tensor-parallel rank %d: this process already made a symmetric-memory "
+                           "buffer for an earlier group; using NCCL", rank)
+        return None
+    _SYMM_USED = True
+    fast = try_symm_allreduce(policy, rank, size, device, group_name)
+    if comm.min_int(1 if fast is not None else 0) == 1:
+        return fast
+    if fast is not None:
+        logger.warning("tensor-parallel rank %d: a peer has no symmetric-memory all-reduce; "
+                       "all ranks use NCCL", rank)
+    return None
+
+
 def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> None:
     """Join the TP group (blocks until every rank has joined) and install the communicator."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (see docs)
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # nor through symmetric memory
+    policy = policy_from_env()  # a bad RADIXSERVE_ALLREDUCE fails before the group forms
     if sys.platform == "linux":
         # Every rank runs on this host. Left alone, gloo binds to the address the hostname resolves
         # to; on a sandboxed host that address may be unreachable, and gloo retries until the
@@ -95,7 +146,13 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device) -> Non
     finally:
         slow.cancel()
     set_tp_info(rank, size)
-    set_comm(TorchCommunicator(size, control))
+    comm = TorchCommunicator(size, control)
+    comm.fast = _agree_on_symm(comm, policy, rank, size, device, dist.group.WORLD.group_name)
+    if device.type == "cuda":
+        logger.info("tensor-parallel rank %d: all-reduce %s (%s=%s)", rank,
+                    "symmetric memory, NCCL above its limits" if comm.fast else "NCCL",
+                    "RADIXSERVE_ALLREDUCE", policy.mode)
+    set_comm(comm)
 
 
 def _leave(abort: bool) -> None:
