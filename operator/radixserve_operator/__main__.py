@@ -1,7 +1,8 @@
 """`radixserve-operator`: run the kopf operator.
 
     radixserve-operator [--namespace NS ...] [--all-namespaces] [--liveness-port 8080]
-                        [--peering NAME] [--priority N] [--verbose]
+                        [--peering NAME] [--priority N] [--default-image IMAGE]
+                        [--default-cpu-image IMAGE] [--prometheus-url URL] [--verbose]
 
 Two replicas: give both the same `--peering NAME` (a KopfPeering object of that name must exist)
 and distinct priorities; the replica with the highest priority works, the other stands by."""
@@ -13,6 +14,8 @@ import os
 import socket
 import sys
 import zlib
+
+from radixserve_operator import settings
 
 
 def default_priority() -> int:
@@ -49,11 +52,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--priority", type=int, default=None, help="peering priority (default: from the pod name)"
     )
+    p.add_argument(
+        "--default-image",
+        default=None,
+        help=f"runtime image of a GPU replica without spec.image (env {settings.ENV_IMAGE})",
+    )
+    p.add_argument(
+        "--default-cpu-image",
+        default=None,
+        help=f"runtime image of a CPU replica without spec.image (env {settings.ENV_CPU_IMAGE})",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        default=None,
+        help=f"Prometheus for KEDA ScaledObjects (env {settings.ENV_PROMETHEUS_URL})",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     args = p.parse_args(argv)
     if args.priority is None:
         args.priority = default_priority()
     return args
+
+
+def export_settings(args: argparse.Namespace) -> None:
+    """Flags win over the environment; `OperatorSettings.from_env` reads the result."""
+    for value, name in (
+        (args.default_image, settings.ENV_IMAGE),
+        (args.default_cpu_image, settings.ENV_CPU_IMAGE),
+        (args.prometheus_url, settings.ENV_PROMETHEUS_URL),
+    ):
+        if value:
+            os.environ[name] = value
 
 
 def kopf_options(args: argparse.Namespace) -> dict[str, object]:
@@ -74,6 +103,7 @@ def kopf_options(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    export_settings(args)
     import kopf
 
     import radixserve_operator.handlers  # noqa: F401 -- registers the kopf handlers

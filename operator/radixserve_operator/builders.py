@@ -4,14 +4,17 @@ Service that serve it. No cluster access; owner references are added by the hand
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from radixserve_operator import (
     ANNOTATION_GENERATION,
     ANNOTATION_GPUS,
     ANNOTATION_TP,
+    API_VERSION,
     APP_NAME,
     FIELD_MANAGER,
+    KIND,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -26,7 +29,19 @@ CONTAINER = "server"
 CACHE_DIR = "/models-cache"
 SOURCE_DIR = "/models"  # pvc:// sources mount at /models/CLAIM
 RUN_AS = 1000
-GRACE_MARGIN_S = 15  # beyond the server's drain timeout, before SIGKILL
+GRACE_MARGIN_S = 15  # beyond preStop + the server's drain timeout, before SIGKILL
+# A GPU replica's CPU/memory requests when the resource gives none (per GPU; plus /dev/shm, which
+# is memory the pod uses): tokenizer workers and one scheduler process per rank, and host memory
+# to stage the weights.
+CPU_PER_GPU = 4
+MEMORY_PER_GPU_GIB = 16
+SPREAD_KEY = "kubernetes.io/hostname"
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -100,14 +115,47 @@ def _probe(timing: ProbeTiming) -> dict[str, Any]:
     }
 
 
+def quantity_bytes(q: str | float) -> int:
+    """A Kubernetes quantity ("8Gi", "1.5G", "512M", 1000) in units (bytes for memory)."""
+    m = _QUANTITY.match(str(q).strip())
+    if not m or m.group(2) not in _SUFFIXES:
+        raise ValueError(f"not a quantity: {q!r}")
+    return int(Decimal(m.group(1)) * _SUFFIXES[m.group(2)])
+
+
+def _mebibytes(n: int) -> str:
+    mib = -(-n // 2**20)
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def default_requests(spec: ServiceSpec, tp: int) -> dict[str, str]:
+    """CPU and memory a GPU replica requests unless the resource says: CPU_PER_GPU and
+    MEMORY_PER_GPU_GIB per GPU, plus the /dev/shm size (a memory emptyDir is charged to the pod)."""
+    if not spec.gpu.enabled:
+        return {}
+    memory = tp * MEMORY_PER_GPU_GIB * 2**30 + quantity_bytes(spec.shm_size)
+    return {"cpu": str(CPU_PER_GPU * tp), "memory": _mebibytes(memory)}
+
+
 def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
-    out = {k: dict(v) for k, v in spec.resources.items() if k in ("limits", "requests")}
+    """The operator's defaults < spec.resources < template.spec.container.resources, key by key;
+    the GPU count is always the TP size."""
+    out: dict[str, dict[str, Any]] = {}
+    user = ((spec.pod_template.get("container") or {}).get("resources")) or {}
+    for layer in (spec.resources, user):
+        for part in ("limits", "requests"):
+            if layer.get(part):
+                out.setdefault(part, {}).update(layer[part])
     gpu = spec.gpu.resource_name
     for part in out.values():
         part.pop(gpu, None)
+    given = {k for part in out.values() for k in part}  # a limit alone is its request too
+    for key, value in default_requests(spec, tp).items():
+        if key not in given:
+            out.setdefault("requests", {})[key] = value
     if spec.gpu.enabled:
         out.setdefault("limits", {})[gpu] = tp  # extended resources: requests default to limits
-    return out
+    return {k: v for k, v in out.items() if v}
 
 
 def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
@@ -126,7 +174,8 @@ def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
             }
         )
-    return merge_env(env, spec.env)
+    template_env = (spec.pod_template.get("container") or {}).get("env") or ()
+    return merge_env(env, (*spec.env, *template_env))
 
 
 def merge_env(base: list[dict[str, Any]], user: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
@@ -136,6 +185,17 @@ def merge_env(base: list[dict[str, Any]], user: tuple[dict[str, Any], ...]) -> l
     merged: dict[str, dict[str, Any]] = {}
     for e in [*base, *user]:
         merged[e["name"]] = dict(e)
+    return list(merged.values())
+
+
+def merge_by(
+    key: str, base: list[dict[str, Any]], user: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`base` with `user`'s entries merged by `key`, as a strategic merge patch does: one with the
+    same key replaces the operator's in place, the others are appended."""
+    merged: dict[Any, dict[str, Any]] = {e[key]: e for e in base}
+    for e in user:
+        merged[e[key]] = dict(e)
     return list(merged.values())
 
 
@@ -165,7 +225,11 @@ def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, An
         mounts.append(
             {"name": "model-source", "mountPath": f"{SOURCE_DIR}/{pvc[0]}", "readOnly": True}
         )
-    return volumes, mounts
+    t = spec.pod_template
+    user_mounts = (t.get("container") or {}).get("volumeMounts") or []
+    return merge_by("name", volumes, t.get("volumes") or []), merge_by(
+        "mountPath", mounts, user_mounts
+    )
 
 
 def _strategy(spec: ServiceSpec) -> dict[str, Any]:
@@ -192,6 +256,7 @@ def _container(spec: ServiceSpec, tp: int, mounts: list[dict[str, Any]]) -> dict
         "startupProbe": _probe(spec.startup),
         "readinessProbe": _probe(spec.readiness),
         "livenessProbe": _probe(spec.liveness),
+        **_lifecycle(spec),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -201,11 +266,64 @@ def _container(spec: ServiceSpec, tp: int, mounts: list[dict[str, Any]]) -> dict
     }
 
 
+def _lifecycle(spec: ServiceSpec) -> dict[str, Any]:
+    """A preStop sleep: the pod leaves the Service's endpoints (and the load balancers') before the
+    runtime gets SIGTERM and stops taking new requests. `sleep` is in both runtime images."""
+    seconds = spec.runtime.pre_stop_seconds
+    if not seconds:
+        return {}
+    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(seconds)]}}}}
+
+
+def grace_period(spec: ServiceSpec) -> int:
+    """preStop, then the runtime's drain, then a margin before SIGKILL."""
+    return spec.runtime.pre_stop_seconds + spec.runtime.shutdown_timeout + GRACE_MARGIN_S
+
+
+def default_spread(spec: ServiceSpec) -> list[dict[str, Any]]:
+    """Replicas on different nodes where the scheduler can (never blocks scheduling)."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": SPREAD_KEY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(spec.name)},
+        }
+    ]
+
+
+def _scheduling(spec: ServiceSpec) -> dict[str, Any]:
+    """Where the pods run: the top-level fields, then spec.template.spec over them (template wins:
+    nodeSelector per key, tolerations added, affinity and spread constraints replaced)."""
+    t = spec.pod_template
+    out: dict[str, Any] = {}
+    node_selector = {**spec.node_selector, **(t.get("nodeSelector") or {})}
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    tolerations: list[dict[str, Any]] = []
+    for tol in [*spec.tolerations, *(t.get("tolerations") or [])]:
+        if dict(tol) not in tolerations:
+            tolerations.append(dict(tol))
+    if tolerations:
+        out["tolerations"] = tolerations
+    affinity = t.get("affinity") or spec.affinity
+    if affinity:
+        out["affinity"] = affinity
+    spread = t.get("topologySpreadConstraints")  # [] turns the default off
+    spread = default_spread(spec) if spread is None else spread
+    if spread:
+        out["topologySpreadConstraints"] = spread
+    for key in ("runtimeClassName", "priorityClassName", "serviceAccountName", "imagePullSecrets"):
+        if t.get(key):
+            out[key] = t[key]
+    return out
+
+
 def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     volumes, mounts = _volumes(spec)
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,  # the server never talks to the API server
-        "terminationGracePeriodSeconds": spec.runtime.shutdown_timeout + GRACE_MARGIN_S,
+        "terminationGracePeriodSeconds": grace_period(spec),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS,
@@ -215,13 +333,8 @@ def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
         },
         "containers": [_container(spec, tp, mounts)],
         "volumes": volumes,
+        **_scheduling(spec),
     }
-    if spec.node_selector:
-        pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod["tolerations"] = [dict(t) for t in spec.tolerations]
-    if spec.affinity:
-        pod["affinity"] = spec.affinity
     return pod
 
 
@@ -272,7 +385,7 @@ def build_service(spec: ServiceSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels(spec)},
+        "metadata": _meta(spec),
         "spec": {
             "type": spec.service_type,
             "selector": selector_labels(spec.name),
@@ -283,5 +396,122 @@ def build_service(spec: ServiceSpec) -> dict[str, Any]:
     }
 
 
+def _meta(spec: ServiceSpec) -> dict[str, Any]:
+    return {"name": spec.name, "namespace": spec.namespace, "labels": labels(spec)}
+
+
+def _target_ref(spec: ServiceSpec) -> dict[str, str]:
+    """The InferenceService itself: autoscalers write its scale subresource (spec.replicas), so
+    the operator never fights them over the Deployment's replicas."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": spec.name}
+
+
+def wants_disruption_budget(spec: ServiceSpec) -> bool:
+    return spec.disruption_budget.enabled and spec.may_run_replicas > 1
+
+
+def build_disruption_budget(spec: ServiceSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(spec),
+        "spec": {
+            "maxUnavailable": spec.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(spec.name)},
+            # A pod still loading its model (not ready) serves nothing: a drain may take it.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def target_quantity(value: float) -> str:
+    """A target as a Kubernetes quantity: 16 -> "16", 0.8 -> "800m"."""
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+
+
+def build_hpa(spec: ServiceSpec) -> dict[str, Any]:
+    a = spec.autoscaling
+    assert a is not None and a.engine == "hpa"
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(spec),
+        "spec": {
+            "scaleTargetRef": _target_ref(spec),
+            "minReplicas": a.min_replicas,
+            "maxReplicas": a.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": a.metric_name},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": target_quantity(a.target),
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def keda_query(spec: ServiceSpec) -> str:
+    """PromQL summing the metric over the resource's pods (KEDA divides by the replicas)."""
+    a = spec.autoscaling
+    assert a is not None
+    if a.query:
+        return a.query
+    # NOTE: Deployment pods are NAME-<replicaset hash>-<pod hash>; PromQL regexes are anchored.
+    sel = f'namespace="{spec.namespace}",pod=~"{spec.name}-[a-z0-9]+-[a-z0-9]+"'
+    return {
+        "requests": f"sum(radixserve_running{{{sel}}}) + sum(radixserve_waiting{{{sel}}})",
+        "kvCache": f"sum(radixserve_kv_pages_used{{{sel}}} / radixserve_kv_pages_total{{{sel}}})",
+        "tokens": f"sum(rate(radixserve_generation_tokens_total{{{sel}}}[1m]))",
+    }[a.metric]
+
+
+def build_scaled_object(spec: ServiceSpec) -> dict[str, Any]:
+    a = spec.autoscaling
+    assert a is not None and a.engine == "keda"
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": _meta(spec),
+        "spec": {
+            "scaleTargetRef": _target_ref(spec),
+            "minReplicaCount": a.min_replicas,
+            "maxReplicaCount": a.max_replicas,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": a.prometheus_url,
+                        "query": keda_query(spec),
+                        "threshold": f"{a.target:g}",  # KEDA parses a float
+                    },
+                }
+            ],
+        },
+    }
+
+
+# The children that exist only when the spec asks for them; the reconciler deletes one of ours
+# that the spec no longer asks for.
+OPTIONAL_KINDS = (
+    ("policy/v1", "PodDisruptionBudget"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
+)
+
+
 def build_all(spec: ServiceSpec, tp: int, generation: int) -> list[dict[str, Any]]:
-    return [build_deployment(spec, tp, generation), build_service(spec)]
+    """The Deployment and Service, then the optional children the spec asks for."""
+    out = [build_deployment(spec, tp, generation), build_service(spec)]
+    if wants_disruption_budget(spec):
+        out.append(build_disruption_budget(spec))
+    if spec.autoscaling and spec.autoscaling.engine == "hpa":
+        out.append(build_hpa(spec))
+    if spec.autoscaling and spec.autoscaling.engine == "keda":
+        out.append(build_scaled_object(spec))
+    return out

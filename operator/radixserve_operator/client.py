@@ -3,13 +3,20 @@ Tests drive the handlers with a fake of `ClusterClient`; nothing else touches th
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 from radixserve_operator import API_VERSION, FIELD_MANAGER, PLURAL
 
+MISSING_API_TTL_S = 60.0
+
 
 class ApplyRejected(ValueError):
     """The API server refused an object as invalid (HTTP 400/422): the spec must change."""
+
+
+class APIUnavailable(LookupError):
+    """The cluster does not serve this kind (its CRD is not installed, e.g. KEDA's)."""
 
 
 class StatusConflict(RuntimeError):
@@ -19,10 +26,14 @@ class StatusConflict(RuntimeError):
 class ClusterClient(Protocol):
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or update `obj` (server-side apply, this operator as field manager); idempotent.
-        Raises `ApplyRejected` when the API server refuses the object as invalid."""
+        Raises `ApplyRejected` when the API server refuses the object as invalid and
+        `APIUnavailable` when the cluster does not serve its kind."""
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist."""
+        """The object, or None when it (or its kind) does not exist."""
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete the object; nothing when it is already gone."""
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         """Pods in `namespace` whose labels match `selector`."""
@@ -58,9 +69,20 @@ class KubeClient:
         self._dynamic = dynamic.DynamicClient(self._api)
         self._core = client.CoreV1Api(self._api)
         self._custom = client.CustomObjectsApi(self._api)
+        self._missing: dict[tuple[str, str], float] = {}
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        # NOTE: a miss makes the dynamic client re-read all of discovery; remember it a while.
+        missed = self._missing.get((api_version, kind))
+        if missed is not None and time.monotonic() - missed < MISSING_API_TTL_S:
+            raise APIUnavailable(f"{api_version} {kind} is not served by this cluster")
+        try:
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self._missing[(api_version, kind)] = time.monotonic()
+            raise APIUnavailable(f"{api_version} {kind} is not served by this cluster") from None
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         from kubernetes.dynamic.exceptions import BadRequestError, UnprocessibleEntityError
@@ -85,8 +107,16 @@ class KubeClient:
 
         try:
             return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
-        except NotFoundError:
+        except (NotFoundError, APIUnavailable):
             return None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+        except (NotFoundError, APIUnavailable):
+            pass
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         sel = ",".join(f"{k}={v}" for k, v in selector.items())

@@ -171,6 +171,13 @@ def _runtime() -> dict[str, Any]:
             "shutdownTimeoutSeconds": _int(
                 0, 3600, default=30, description="Drain time on SIGTERM."
             ),
+            "preStopSeconds": _int(
+                0,
+                300,
+                default=5,
+                description="preStop sleep before SIGTERM, so endpoints stop sending new "
+                "requests first (0: no hook).",
+            ),
             "extraArgs": {"type": "array", "items": _str()},
         },
         default={},
@@ -243,6 +250,166 @@ def _env_var() -> dict[str, Any]:
     )
 
 
+def _env_list() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": _env_var(),
+        # NOTE: a map keyed by name, as a container's env is: the API server rejects a
+        # repeated name with a clear message instead of a pod that cannot be applied.
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+    }
+
+
+def _resources(description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            "limits": {"type": "object", "additionalProperties": _quantity()},
+            "requests": {"type": "object", "additionalProperties": _quantity()},
+        },
+        description=description,
+    )
+
+
+def _named_free_list(description: str, key: str = "name") -> dict[str, Any]:
+    """A list of free-form Kubernetes objects keyed by `key` (volumes, volume mounts)."""
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {key: _str(minLength=1)},
+            "required": [key],
+        },
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": [key],
+        "description": description,
+    }
+
+
+def _pod_template_spec() -> dict[str, Any]:
+    container = _obj(
+        {
+            "env": _env_list(),
+            "volumeMounts": _named_free_list(
+                "Mounts of the server container, as in a container (name, mountPath, readOnly, "
+                "subPath...); one with the mountPath of one of the operator's replaces it.",
+                key="mountPath",
+            ),
+            "resources": _resources(
+                "Merged over spec.resources and the operator's defaults, key by key; the GPU "
+                "count is the operator's (parallelism.tensor)."
+            ),
+            # NOTE: declared only to refuse them with a clear message (the rule below): the
+            # operator writes the runtime's command line from spec.runtime.
+            "command": {"type": "array", "items": _str()},
+            "args": {"type": "array", "items": _str()},
+        },
+        description="The server container: env, volumeMounts and resources merged over the "
+        "operator's (yours win).",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.command) && !has(self.args)",
+                    "message": "the server's command and args are the operator's: use "
+                    "spec.runtime (and spec.runtime.extraArgs for other flags)",
+                }
+            ]
+        },
+    )
+    return _obj(
+        {
+            "nodeSelector": {"type": "object", "additionalProperties": _str()},
+            "tolerations": {"type": "array", "items": _toleration()},
+            "affinity": _free_object("A pod affinity, as in a PodSpec (replaces spec.affinity)."),
+            "topologySpreadConstraints": {
+                "type": "array",
+                "items": _free_object("As in a PodSpec."),
+                "description": "Replaces the operator's default spread over nodes.",
+            },
+            "runtimeClassName": _str(minLength=1),
+            "priorityClassName": _str(minLength=1),
+            "serviceAccountName": _str(minLength=1),
+            "imagePullSecrets": {
+                "type": "array",
+                "items": _obj({"name": _str(minLength=1)}, required=["name"]),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+            "volumes": _named_free_list(
+                "Pod volumes, as in a PodSpec; one named like one of the operator's (dshm, "
+                "model-cache, tmp, model-source) replaces it."
+            ),
+            "container": container,
+        },
+        description="A partial pod spec merged over the one the operator builds (yours wins).",
+    )
+
+
+def _disruption_budget() -> dict[str, Any]:
+    return _obj(
+        {
+            "enabled": {"type": "boolean", "default": True},
+            "maxUnavailable": _percent_or_count(1),
+        },
+        default={"enabled": True, "maxUnavailable": 1},
+        description="A PodDisruptionBudget while more than one replica serves (or may serve).",
+    )
+
+
+AUTOSCALING_METRICS = ("requests", "kvCache", "tokens")
+
+
+def _autoscaling() -> dict[str, Any]:
+    return _obj(
+        {
+            "engine": _str(enum=["hpa", "keda"], default="hpa"),
+            "minReplicas": _int(0, default=1),
+            "maxReplicas": _int(1),
+            "metric": _str(enum=list(AUTOSCALING_METRICS), default="requests"),
+            "target": {
+                "type": "number",
+                "exclusiveMinimum": True,
+                "minimum": 0,
+                "description": "Per-pod average to hold: requests in flight (default 16), KV "
+                "cache usage ratio (default 0.8, at most 1) or generated tokens/s (default 500).",
+            },
+            "prometheus": _obj(
+                {
+                    "serverAddress": _str(
+                        minLength=1,
+                        description="KEDA only; default: the operator's --prometheus-url.",
+                    ),
+                    "query": _str(
+                        minLength=1,
+                        description="KEDA only: a PromQL query whose value is summed over the "
+                        "replicas (replaces the one built from metric).",
+                    ),
+                }
+            ),
+        },
+        required=["maxReplicas"],
+        description="Scale spec.replicas with a HorizontalPodAutoscaler (through the Prometheus "
+        "Adapter) or a KEDA ScaledObject, on a per-pod runtime metric.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must not exceed maxReplicas",
+                },
+                {
+                    "rule": "self.minReplicas > 0 || self.engine == 'keda'",
+                    "message": "scale to zero (minReplicas 0) needs engine keda",
+                },
+                {
+                    "rule": "self.metric != 'kvCache' || !has(self.target) || self.target <= 1.0",
+                    "message": "a kvCache target is a ratio: at most 1",
+                },
+            ]
+        },
+    )
+
+
 def _spec() -> dict[str, Any]:
     return _obj(
         {
@@ -266,12 +433,8 @@ def _spec() -> dict[str, Any]:
             ),
             "gpu": _gpu(),
             "runtime": _runtime(),
-            "resources": _obj(
-                {
-                    "limits": {"type": "object", "additionalProperties": _quantity()},
-                    "requests": {"type": "object", "additionalProperties": _quantity()},
-                },
-                description="CPU/memory for the server container; the GPU limit is set from the TP size.",
+            "resources": _resources(
+                "CPU/memory for the server container; the GPU limit is set from the TP size."
             ),
             "nodeSelector": {"type": "object", "additionalProperties": _str()},
             "tolerations": {"type": "array", "items": _toleration()},
@@ -321,19 +484,15 @@ def _spec() -> dict[str, Any]:
                                 }
                             ]
                         },
-                    )
+                    ),
+                    "spec": _pod_template_spec(),
                 },
                 description="Merged over the pods the operator builds: labels and annotations "
-                "(e.g. for a service mesh or a scraper).",
+                "(e.g. for a service mesh or a scraper), and a partial pod spec.",
             ),
-            "env": {
-                "type": "array",
-                "items": _env_var(),
-                # NOTE: a map keyed by name, as a container's env is: the API server rejects a
-                # repeated name with a clear message instead of a pod that cannot be applied.
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["name"],
-            },
+            "env": _env_list(),
+            "disruptionBudget": _disruption_budget(),
+            "autoscaling": _autoscaling(),
         },
         **{
             "x-kubernetes-validations": [
@@ -347,9 +506,24 @@ def _spec() -> dict[str, Any]:
                     "message": "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
                     "fieldPath": ".parallelism.tensor",
                 },
+                {
+                    "rule": _NO_TEMPLATE_GPU,
+                    "message": "the GPU count is the operator's (parallelism.tensor): remove "
+                    "gpu.resourceName from template.spec.container.resources",
+                    "fieldPath": ".template",
+                },
             ]
         },
     )
+
+
+_TEMPLATE_RESOURCES = "self.template.spec.container.resources"
+_NO_TEMPLATE_GPU = (
+    "!has(self.template) || !has(self.template.spec) || !has(self.template.spec.container) || "
+    f"!has({_TEMPLATE_RESOURCES}) || "
+    f"((!has({_TEMPLATE_RESOURCES}.limits) || !(self.gpu.resourceName in {_TEMPLATE_RESOURCES}.limits)) && "
+    f"(!has({_TEMPLATE_RESOURCES}.requests) || !(self.gpu.resourceName in {_TEMPLATE_RESOURCES}.requests)))"
+)
 
 
 def _condition() -> dict[str, Any]:

@@ -12,8 +12,18 @@ from collections.abc import Callable
 from typing import Any
 
 from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
-from radixserve_operator.builders import build_all, gpus_per_replica, selector_labels
-from radixserve_operator.client import ApplyRejected, ClusterClient, StatusConflict
+from radixserve_operator.builders import (
+    OPTIONAL_KINDS,
+    build_all,
+    gpus_per_replica,
+    selector_labels,
+)
+from radixserve_operator.client import (
+    APIUnavailable,
+    ApplyRejected,
+    ClusterClient,
+    StatusConflict,
+)
 from radixserve_operator.modelconfig import (
     ModelConfigNotFound,
     ModelConfigUnavailable,
@@ -24,6 +34,7 @@ from radixserve_operator.modelconfig import (
 from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
+    AUTOSCALING,
     INVALID_SPEC,
     MODEL_CONFIG_UNAVAILABLE,
     READY,
@@ -31,6 +42,7 @@ from radixserve_operator.status import (
     compute_status,
     get_condition,
     is_ready,
+    now_iso,
     pod_problems,
     problem_reason,
 )
@@ -136,14 +148,21 @@ def reconcile(
     except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
         _mark_blocked(client, body, str(e))
         return None
+    scaler_problem = None
     try:
         for obj in objects:
-            out = client.apply(obj)
+            try:
+                out = client.apply(obj)
+            except APIUnavailable as e:
+                scaler_problem = _missing_api_message(obj, e)
+                continue
             if obj["kind"] == "Deployment":
                 _applied[(spec.namespace, spec.name)] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
         _mark_blocked(client, body, str(e))
         return None
+    _delete_unwanted(client, body, objects)
+    _set_autoscaling_condition(client, body, spec, scaler_problem)
     with _lock(spec.namespace, spec.name):
         client.patch_status(
             spec.namespace,
@@ -165,6 +184,68 @@ def reconcile(
             )
     refresh(client, spec.namespace, spec.name)
     return tp
+
+
+def _missing_api_message(obj: dict[str, Any], error: Exception) -> str:
+    if obj["apiVersion"].startswith("keda.sh/"):
+        return (
+            f"{error}: install KEDA (https://keda.sh) for spec.autoscaling.engine keda, or use "
+            "engine hpa; until then spec.replicas stays as set"
+        )
+    return str(error)
+
+
+def _delete_unwanted(client: ClusterClient, body: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """Delete the optional children of ours (owner reference to this resource) that the spec no
+    longer asks for: a PDB for one replica, an autoscaler the user removed or swapped."""
+    meta = body["metadata"]
+    wanted = {(o["apiVersion"], o["kind"]) for o in objects}
+    for api_version, kind in OPTIONAL_KINDS:
+        if (api_version, kind) in wanted:
+            continue
+        found = client.get(api_version, kind, meta["namespace"], meta["name"])
+        refs = ((found or {}).get("metadata") or {}).get("ownerReferences") or ()
+        if any(r.get("uid") == meta.get("uid") and r.get("controller") for r in refs):
+            client.delete(api_version, kind, meta["namespace"], meta["name"])
+            log.info("%s/%s: deleted %s (no longer in the spec)", meta["namespace"], meta["name"], kind)
+
+
+def _set_autoscaling_condition(
+    client: ClusterClient, body: dict[str, Any], spec: ServiceSpec, problem: str | None
+) -> None:
+    """The `Autoscaling` condition: True when the HPA or ScaledObject is applied, False with the
+    reason when it cannot be (KEDA not installed); absent without spec.autoscaling."""
+    meta = body["metadata"]
+    a = spec.autoscaling
+    new: dict[str, Any] | None = None
+    if a is not None:
+        kind = "HorizontalPodAutoscaler" if a.engine == "hpa" else "ScaledObject"
+        new = {
+            "type": AUTOSCALING,
+            "status": "False" if problem else "True",
+            "reason": ("KEDANotInstalled" if a.engine == "keda" else "APIUnavailable")
+            if problem
+            else f"{kind}Applied",
+            "message": problem
+            or f"{kind} {spec.name}: {a.min_replicas}-{a.max_replicas} replicas on "
+            f"{a.metric_name} (target {a.target:g} per pod)",
+            "observedGeneration": int(meta.get("generation") or 1),
+        }
+    if new is None and get_condition(body.get("status"), AUTOSCALING) is None:
+        return  # the common case: no autoscaling, nothing to read or write
+    with _lock(meta["namespace"], meta["name"]):
+        current = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
+        conditions = list((current.get("status") or {}).get("conditions") or ())
+        old = get_condition(current.get("status"), AUTOSCALING)
+        if new is not None:
+            same = old is not None and old.get("status") == new["status"]
+            new["lastTransitionTime"] = old.get("lastTransitionTime") if same else now_iso()
+        if old == new or (old is None and new is None):
+            return
+        rest = [c for c in conditions if c.get("type") != AUTOSCALING]
+        client.patch_status(meta["namespace"], meta["name"], {"conditions": rest + ([new] if new else [])})
+    if new is not None and problem and (old is None or old.get("message") != problem):
+        client.event(body, "Warning", new["reason"], problem)
 
 
 def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from radixserve_operator import DEFAULT_CPU_IMAGE, DEFAULT_IMAGE
 from radixserve_operator.crd import PAGE_SIZES, SELECTOR_LABEL_KEYS, TP_SIZES, spec_schema
+from radixserve_operator.settings import OperatorSettings
 
 DEFAULT_MODEL = "default"
 _PVC_SOURCE = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)/(.+)$")
@@ -80,6 +80,7 @@ class RuntimeSpec:
     cache: str | None
     shutdown_timeout: int
     extra_args: tuple[str, ...]
+    pre_stop_seconds: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,35 @@ class RolloutSpec:
 
 
 @dataclass(frozen=True)
+class DisruptionBudgetSpec:
+    enabled: bool
+    max_unavailable: int | str
+
+
+# metric -> (the per-pod custom metric the Prometheus Adapter serves, default target)
+AUTOSCALING_METRICS: dict[str, tuple[str, float]] = {
+    "requests": ("radixserve_requests_in_flight", 16),
+    "kvCache": ("radixserve_kv_cache_usage_ratio", 0.8),
+    "tokens": ("radixserve_generation_tokens_per_second", 500),
+}
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    engine: str  # hpa | keda
+    min_replicas: int
+    max_replicas: int
+    metric: str  # requests | kvCache | tokens
+    target: float
+    prometheus_url: str  # KEDA's Prometheus
+    query: str | None  # KEDA: the user's PromQL instead of the metric's
+
+    @property
+    def metric_name(self) -> str:
+        return AUTOSCALING_METRICS[self.metric][0]
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     name: str
     namespace: str
@@ -138,6 +168,15 @@ class ServiceSpec:
     env: tuple[dict[str, Any], ...]
     pod_labels: dict[str, str]
     pod_annotations: dict[str, str]
+    pod_template: dict[str, Any] = field(default_factory=dict)  # spec.template.spec, as given
+    disruption_budget: DisruptionBudgetSpec = DisruptionBudgetSpec(True, 1)
+    autoscaling: AutoscalingSpec | None = None
+
+    @property
+    def may_run_replicas(self) -> int:
+        """The most replicas this resource may run: spec.replicas, or the autoscaler's maximum."""
+        top = self.autoscaling.max_replicas if self.autoscaling else 0
+        return max(self.replicas, top)
 
 
 def _is_zero(v: int | str) -> bool:
@@ -189,11 +228,61 @@ def _check(raw: dict[str, Any]) -> None:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SpecError(f"spec.env: each name once, repeated: {', '.join(map(str, repeated))}")
+    _check_template(raw)
+    _check_autoscaling(raw.get("autoscaling"))
     rt = raw["runtime"]
     if not 0.0 < rt["memoryRatio"] <= 1.0:
         raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")
     if rt.get("pageSize") is not None and rt["pageSize"] not in PAGE_SIZES:
         raise SpecError(f"spec.runtime.pageSize must be a power of two, got {rt['pageSize']}")
+
+
+def _check_template(raw: dict[str, Any]) -> None:
+    container = (((raw.get("template") or {}).get("spec") or {}).get("container")) or {}
+    if "command" in container or "args" in container:
+        raise SpecError(
+            "spec.template.spec.container: the server's command and args are the operator's: "
+            "use spec.runtime (and spec.runtime.extraArgs for other flags)"
+        )
+    gpu = raw["gpu"]["resourceName"]
+    resources = container.get("resources") or {}
+    if any(gpu in (resources.get(part) or {}) for part in ("limits", "requests")):
+        raise SpecError(
+            f"spec.template.spec.container.resources: the GPU count is the operator's "
+            f"(parallelism.tensor): remove {gpu}"
+        )
+
+
+def _check_autoscaling(a: dict[str, Any] | None) -> None:
+    if a is None:
+        return
+    if a["minReplicas"] > a["maxReplicas"]:
+        raise SpecError(
+            f"spec.autoscaling: minReplicas must not exceed maxReplicas "
+            f"({a['minReplicas']} > {a['maxReplicas']})"
+        )
+    if a["minReplicas"] == 0 and a["engine"] != "keda":
+        raise SpecError("spec.autoscaling: scale to zero (minReplicas 0) needs engine keda")
+    if a["metric"] == "kvCache" and a.get("target") is not None and a["target"] > 1:
+        raise SpecError(
+            f"spec.autoscaling.target: a kvCache target is a ratio: at most 1, got {a['target']}"
+        )
+
+
+def _autoscaling(a: dict[str, Any] | None, settings: OperatorSettings) -> AutoscalingSpec | None:
+    if a is None:
+        return None
+    prom = a.get("prometheus") or {}
+    target = a.get("target")
+    return AutoscalingSpec(
+        engine=a["engine"],
+        min_replicas=int(a["minReplicas"]),
+        max_replicas=int(a["maxReplicas"]),
+        metric=a["metric"],
+        target=float(target if target is not None else AUTOSCALING_METRICS[a["metric"]][1]),
+        prometheus_url=prom.get("serverAddress") or settings.prometheus_url,
+        query=prom.get("query"),
+    )
 
 
 def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
@@ -208,12 +297,15 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         cache=rt.get("cache"),
         shutdown_timeout=int(rt["shutdownTimeoutSeconds"]),
         extra_args=tuple(str(a) for a in rt.get("extraArgs", ())),
+        pre_stop_seconds=int(rt["preStopSeconds"]),
     )
 
 
-def parse_spec(body: dict[str, Any]) -> ServiceSpec:
+def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -> ServiceSpec:
     """Parse a custom resource (`body`: apiVersion, kind, metadata, spec) into a `ServiceSpec`;
-    raises `SpecError` naming the offending field."""
+    raises `SpecError` naming the offending field. `settings`: the operator's defaults (default:
+    from its environment)."""
+    settings = settings or OperatorSettings.from_env()
     raw = apply_defaults(spec_schema(), copy.deepcopy(dict(body.get("spec") or {})))
     _check(raw)
     meta = body["metadata"]
@@ -226,7 +318,7 @@ def parse_spec(body: dict[str, Any]) -> ServiceSpec:
         model=ModelSpec(
             model["source"], model.get("servedName"), model.get("revision"), model.get("parameters")
         ),
-        image=raw.get("image") or (DEFAULT_IMAGE if gpu["enabled"] else DEFAULT_CPU_IMAGE),
+        image=raw.get("image") or (settings.image if gpu["enabled"] else settings.cpu_image),
         image_pull_policy=raw["imagePullPolicy"],
         replicas=int(raw["replicas"]),
         tensor=raw["parallelism"]["tensor"],
@@ -251,4 +343,9 @@ def parse_spec(body: dict[str, Any]) -> ServiceSpec:
         env=tuple(raw.get("env") or ()),
         pod_labels=dict(pod_meta.get("labels") or {}),
         pod_annotations=dict(pod_meta.get("annotations") or {}),
+        pod_template=copy.deepcopy((raw.get("template") or {}).get("spec") or {}),
+        disruption_budget=DisruptionBudgetSpec(
+            raw["disruptionBudget"]["enabled"], raw["disruptionBudget"]["maxUnavailable"]
+        ),
+        autoscaling=_autoscaling(raw.get("autoscaling"), settings),
     )

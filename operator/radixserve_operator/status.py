@@ -11,6 +11,7 @@ from radixserve_operator import ANNOTATION_GENERATION, ANNOTATION_GPUS, ANNOTATI
 from radixserve_operator.builders import selector_string
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+AUTOSCALING = "Autoscaling"  # written by the reconciler; carried over here as it is
 INVALID_SPEC = "InvalidSpec"
 MODEL_CONFIG_UNAVAILABLE = "ModelConfigUnavailable"
 # Verdicts the reconciler writes (not computed from the children): they stand for their
@@ -54,7 +55,7 @@ def get_condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] |
 def _conditions(
     prev: dict[str, Any] | None, v: Verdict, generation: int, now: str
 ) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     healthy_reason = "AsExpected" if not v.degraded else v.reason
     for type_, flag, reason in (
         (READY, v.ready, v.reason),
@@ -74,7 +75,9 @@ def _conditions(
                 "observedGeneration": generation,
             }
         )
-    return out
+    # Conditions the reconciler owns (Autoscaling) are not this function's to decide.
+    ours = {READY, PROGRESSING, DEGRADED}
+    return out + [c for c in (prev or {}).get("conditions") or () if c.get("type") not in ours]
 
 
 class PodProblems(NamedTuple):

@@ -32,6 +32,16 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "sample-cpu": {"sample": {"enabled": True}},
     "sample-gpu": {"sample": {"enabled": True, "variant": "gpu", "name": "qwen"}},
+    "production": {
+        "operator": {"prometheusUrl": "http://prometheus.monitoring.svc:9090"},
+        "runtime": {"image": {"repository": "registry.example/radixserve", "tag": "1.2.3"}},
+        "prometheusAdapter": {"rules": {"enabled": True, "rateInterval": "2m"}},
+        "test": {
+            "inferenceService": "qwen3-0-6b",
+            "namespace": "llm",
+            "apiKeySecretRef": {"name": "llm-key"},
+        },
+    },
     "customised": {
         "fullnameOverride": "llm",
         "namespace": {"create": True},

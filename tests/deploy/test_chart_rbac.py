@@ -19,6 +19,16 @@ WORKLOAD_ACCESS = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},  # watched: a deleted one returns
     ("", "pods"): {"list", "watch"},
     ("", "events"): {"create"},
+    # optional children: server-side apply, and get + delete when the spec stops asking for one
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("autoscaling", "horizontalpodautoscalers"): {"get", "create", "patch", "delete"},
+    ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
+}
+# The only objects the operator ever deletes (its own, when the spec no longer asks for them).
+DELETABLE = {
+    ("policy", "poddisruptionbudgets"),
+    ("autoscaling", "horizontalpodautoscalers"),
+    ("keda.sh", "scaledobjects"),
 }
 NODE_READ = {("", "nodes"): {"list"}}
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
@@ -109,16 +119,19 @@ def test_peering_adds_only_the_peering_objects_of_the_scope(
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
-def test_no_wildcards_secrets_deletes_or_privilege_verbs(render, name: str) -> None:
+def test_no_wildcards_secrets_privilege_verbs_or_deletes_but_optional_children(
+    render, name: str
+) -> None:
     for role in of_kind(render(VALUE_SETS[name]), "Role") + of_kind(
         render(VALUE_SETS[name]), "ClusterRole"
     ):
         for rule in role["rules"]:
             assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], rule
             assert "secrets" not in rule["resources"], rule
-            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(
-                rule["verbs"]
-            )
+            assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+            if "delete" in rule["verbs"]:
+                pairs = {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+                assert pairs <= DELETABLE, rule
 
 
 def test_rbac_create_false_renders_no_rbac(render) -> None:

@@ -128,9 +128,16 @@ class FakeCluster:
         self.status_patches: list[dict[str, Any]] = []
         self.gpu_nodes: int | None = 2
         self.node_lists = 0  # how often the handlers listed nodes
+        self.deleted: list[tuple[str, str, str]] = []
+        # API versions the cluster does not serve (a CRD not installed): apply raises
+        self.missing_apis: set[str] = {"keda.sh/v1alpha1"}
 
     # -- ClusterClient
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        from radixserve_operator.client import APIUnavailable
+
+        if obj["apiVersion"] in self.missing_apis:
+            raise APIUnavailable(f"{obj['apiVersion']} {obj['kind']} is not served by this cluster")
         self.applied.append(copy.deepcopy(obj))
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         new, old = copy.deepcopy(obj), self.objects.get(key)
@@ -147,6 +154,10 @@ class FakeCluster:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         obj = self.objects.get((kind, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        if self.objects.pop((kind, namespace, name), None) is not None:
+            self.deleted.append((kind, namespace, name))
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         return [

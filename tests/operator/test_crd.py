@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from radixserve_operator.crd import crd, openapi_schema, to_yaml
+from radixserve_operator.crd import _NO_TEMPLATE_GPU, crd, openapi_schema, to_yaml
 from radixserve_operator.spec import SpecError, apply_defaults, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,6 +181,19 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "!has(self.labels) || !self.labels.exists(k, k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance'])": lambda s: (
         not set(s.get("labels") or {}) & {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
     ),
+    "!has(self.command) && !has(self.args)": lambda s: "command" not in s and "args" not in s,
+    _NO_TEMPLATE_GPU: lambda s: not any(
+        s["gpu"]["resourceName"]
+        in ((s.get("template") or {}).get("spec") or {}).get("container", {}).get("resources", {}).get(part, {})
+        for part in ("limits", "requests")
+    ),
+    "self.minReplicas <= self.maxReplicas": lambda s: s["minReplicas"] <= s["maxReplicas"],
+    "self.minReplicas > 0 || self.engine == 'keda'": lambda s: (
+        s["minReplicas"] > 0 or s["engine"] == "keda"
+    ),
+    "self.metric != 'kvCache' || !has(self.target) || self.target <= 1.0": lambda s: (
+        s["metric"] != "kvCache" or "target" not in s or s["target"] <= 1.0
+    ),
 }
 
 
@@ -233,6 +246,9 @@ def test_docs_describe_every_spec_field() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     for key, node in spec.items():
         assert f"`{key}`" in doc or f"`{key}." in doc, key
-        if key in ("model", "gpu", "runtime", "rollout", "service", "parallelism", "probes"):
+        if key in (
+            "model", "gpu", "runtime", "rollout", "service", "parallelism", "probes",
+            "disruptionBudget", "autoscaling",
+        ):  # fmt: skip
             for sub in node["properties"]:
                 assert f"`{key}.{sub}`" in doc, f"{key}.{sub}"

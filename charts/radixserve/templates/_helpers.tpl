@@ -57,6 +57,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.operator.image.repository (default .Chart.AppVersion .Values.operator.image.tag) }}
 {{- end }}
 
+{{- define "radixserve.runtimeImage" -}}
+{{- printf "%s:%s" .Values.runtime.image.repository (default .Chart.AppVersion .Values.runtime.image.tag) }}
+{{- end }}
+
 {{- define "radixserve.sampleFile" -}}
 {{- if eq .Values.sample.variant "gpu" }}samples/inferenceservice.yaml{{ else }}samples/inferenceservice-cpu.yaml{{ end }}
 {{- end }}

@@ -1,7 +1,9 @@
 {{/*
 Rules for the namespaced objects the operator reconciles (docs/operator.md, "API access"): granted
 cluster-wide (ClusterRole) in cluster scope, or per watched namespace (Role) in namespaced scope.
-Nothing is deleted: children go with their owner through garbage collection.
+The Deployment and Service go with their owner through garbage collection; the optional
+children (PodDisruptionBudget, HorizontalPodAutoscaler, KEDA ScaledObject) are deleted by the
+operator when the spec stops asking for them (get: it checks the owner reference first).
 */}}
 {{- define "radixserve.workloadRules" -}}
 - apiGroups: ["radixserve.dev"]
@@ -28,6 +30,15 @@ Nothing is deleted: children go with their owner through garbage collection.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 
 {{/* kopf peering: cluster-wide objects for a cluster-wide operator, namespaced ones otherwise. */}}
