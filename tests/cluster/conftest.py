@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def _is_kwok(node: dict) -> bool:
 @pytest.fixture(scope="module")
 def namespace(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the module's own (the operator watches every namespace)."""
-    name = "t-" + request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    name = f"t-{module}-{uuid.uuid4().hex[:5]}"  # never one left by an interrupted run
     stack.kubectl("create", "namespace", name)
     yield name
     stack.kubectl("delete", "namespace", name, "--wait=false", check=False)
