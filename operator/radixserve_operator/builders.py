@@ -11,10 +11,8 @@ from radixserve_operator import (
     ANNOTATION_GENERATION,
     ANNOTATION_GPUS,
     ANNOTATION_TP,
-    API_VERSION,
     APP_NAME,
     FIELD_MANAGER,
-    KIND,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -381,11 +379,16 @@ def build_deployment(spec: ServiceSpec, tp: int, generation: int) -> dict[str, A
     }
 
 
+def object_meta(spec: ServiceSpec) -> dict[str, Any]:
+    """Name, namespace and labels of an object the InferenceService owns."""
+    return {"name": spec.name, "namespace": spec.namespace, "labels": labels(spec)}
+
+
 def build_service(spec: ServiceSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(spec),
+        "metadata": object_meta(spec),
         "spec": {
             "type": spec.service_type,
             "selector": selector_labels(spec.name),
@@ -394,124 +397,3 @@ def build_service(spec: ServiceSpec) -> dict[str, Any]:
             ],
         },
     }
-
-
-def _meta(spec: ServiceSpec) -> dict[str, Any]:
-    return {"name": spec.name, "namespace": spec.namespace, "labels": labels(spec)}
-
-
-def _target_ref(spec: ServiceSpec) -> dict[str, str]:
-    """The InferenceService itself: autoscalers write its scale subresource (spec.replicas), so
-    the operator never fights them over the Deployment's replicas."""
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": spec.name}
-
-
-def wants_disruption_budget(spec: ServiceSpec) -> bool:
-    return spec.disruption_budget.enabled and spec.may_run_replicas > 1
-
-
-def build_disruption_budget(spec: ServiceSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": _meta(spec),
-        "spec": {
-            "maxUnavailable": spec.disruption_budget.max_unavailable,
-            "selector": {"matchLabels": selector_labels(spec.name)},
-            # A pod still loading its model (not ready) serves nothing: a drain may take it.
-            "unhealthyPodEvictionPolicy": "AlwaysAllow",
-        },
-    }
-
-
-def target_quantity(value: float) -> str:
-    """A target as a Kubernetes quantity: 16 -> "16", 0.8 -> "800m"."""
-    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
-
-
-def build_hpa(spec: ServiceSpec) -> dict[str, Any]:
-    a = spec.autoscaling
-    assert a is not None and a.engine == "hpa"
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(spec),
-        "spec": {
-            "scaleTargetRef": _target_ref(spec),
-            "minReplicas": a.min_replicas,
-            "maxReplicas": a.max_replicas,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": a.metric_name},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": target_quantity(a.target),
-                        },
-                    },
-                }
-            ],
-        },
-    }
-
-
-def keda_query(spec: ServiceSpec) -> str:
-    """PromQL summing the metric over the resource's pods (KEDA divides by the replicas)."""
-    a = spec.autoscaling
-    assert a is not None
-    if a.query:
-        return a.query
-    # NOTE: Deployment pods are NAME-<replicaset hash>-<pod hash>; PromQL regexes are anchored.
-    sel = f'namespace="{spec.namespace}",pod=~"{spec.name}-[a-z0-9]+-[a-z0-9]+"'
-    return {
-        "requests": f"sum(radixserve_running{{{sel}}}) + sum(radixserve_waiting{{{sel}}})",
-        "kvCache": f"sum(radixserve_kv_pages_used{{{sel}}} / radixserve_kv_pages_total{{{sel}}})",
-        "tokens": f"sum(rate(radixserve_generation_tokens_total{{{sel}}}[1m]))",
-    }[a.metric]
-
-
-def build_scaled_object(spec: ServiceSpec) -> dict[str, Any]:
-    a = spec.autoscaling
-    assert a is not None and a.engine == "keda"
-    return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": _meta(spec),
-        "spec": {
-            "scaleTargetRef": _target_ref(spec),
-            "minReplicaCount": a.min_replicas,
-            "maxReplicaCount": a.max_replicas,
-            "triggers": [
-                {
-                    "type": "prometheus",
-                    "metadata": {
-                        "serverAddress": a.prometheus_url,
-                        "query": keda_query(spec),
-                        "threshold": f"{a.target:g}",  # KEDA parses a float
-                    },
-                }
-            ],
-        },
-    }
-
-
-# The children that exist only when the spec asks for them; the reconciler deletes one of ours
-# that the spec no longer asks for.
-OPTIONAL_KINDS = (
-    ("policy/v1", "PodDisruptionBudget"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    ("keda.sh/v1alpha1", "ScaledObject"),
-)
-
-
-def build_all(spec: ServiceSpec, tp: int, generation: int) -> list[dict[str, Any]]:
-    """The Deployment and Service, then the optional children the spec asks for."""
-    out = [build_deployment(spec, tp, generation), build_service(spec)]
-    if wants_disruption_budget(spec):
-        out.append(build_disruption_budget(spec))
-    if spec.autoscaling and spec.autoscaling.engine == "hpa":
-        out.append(build_hpa(spec))
-    if spec.autoscaling and spec.autoscaling.engine == "keda":
-        out.append(build_scaled_object(spec))
-    return out

@@ -12,12 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
-from radixserve_operator.builders import (
-    OPTIONAL_KINDS,
-    build_all,
-    gpus_per_replica,
-    selector_labels,
-)
+from radixserve_operator.builders import gpus_per_replica, selector_labels
+from radixserve_operator.children import OPTIONAL_KINDS, build_all
 from radixserve_operator.client import (
     APIUnavailable,
     ApplyRejected,

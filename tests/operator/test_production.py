@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from radixserve_operator import handlers
-from radixserve_operator.builders import default_requests, quantity_bytes, target_quantity
+from radixserve_operator.builders import default_requests, quantity_bytes
+from radixserve_operator.children import target_quantity
 from radixserve_operator.reconcile import plan
 from radixserve_operator.settings import OperatorSettings
 from radixserve_operator.spec import SpecError, parse_spec
