@@ -42,6 +42,21 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "apiKeySecretRef": {"name": "llm-key"},
         },
     },
+    "monitoring": {
+        "monitoring": {
+            "serviceMonitor": {
+                "enabled": True,
+                "interval": "15s",
+                "labels": {"release": "kube-prometheus-stack"},
+                "apiKeySecretRef": {"name": "llm-key"},
+            },
+            "grafanaDashboard": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "annotations": {"grafana_folder": "LLM"},
+            },
+        }
+    },
     "customised": {
         "fullnameOverride": "llm",
         "namespace": {"create": True},

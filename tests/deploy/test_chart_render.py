@@ -34,8 +34,8 @@ def test_every_rendered_object_is_valid_kubernetes(name: str, render) -> None:
     objects = render(VALUE_SETS[name])
     assert any(o["kind"] == "Deployment" for o in objects)
     for obj in objects:
-        if obj["apiVersion"].startswith(("radixserve.dev/", "kopf.dev/")):
-            continue  # custom resources: the sample is checked against the CRD elsewhere
+        if obj["apiVersion"].startswith(("radixserve.dev/", "kopf.dev/", "monitoring.coreos.com/")):
+            continue  # custom resources: the sample and the ServiceMonitor are checked elsewhere
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "radixserve", obj["kind"]
 
@@ -86,6 +86,10 @@ BAD_VALUES = {
     "unknown sample variant": {"sample": {"enabled": True, "variant": "tpu"}},
     "sample name not a DNS label": {"sample": {"enabled": True, "name": "My Model"}},
     "rbac flag typo": {"rbac": {"readNode": True}},
+    "scrape interval without a unit": {"monitoring": {"serviceMonitor": {"interval": "30"}}},
+    "monitoring key typo": {"monitoring": {"serviceMonitor": {"enable": True}}},
+    "api key secret without a name": {"monitoring": {"serviceMonitor": {"apiKeySecretRef": {"key": "k"}}}},
+    "dashboard label not a string": {"monitoring": {"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}},
 }
 
 

@@ -132,10 +132,16 @@ def test_unknown_model_is_404(client) -> None:
 
 def test_health_generate_and_metrics(server) -> None:
     auth = {"Authorization": f"Bearer {API_KEY}"}
+    before = server.metrics()
     assert httpx.get(f"{server.base}/health_generate", headers=auth, timeout=30).status_code == 200
+    body = {"model": "tiny", "prompt": "count", "max_tokens": 16, "ignore_eos": True}
+    r = httpx.post(f"{server.base}/v1/completions", json=body, headers=auth, timeout=60)
+    assert r.status_code == 200
     m = server.metrics()
-    assert m['radixserve_requests_total{outcome="length"}'] >= 1
-    assert m["radixserve_generation_tokens_total"] >= 16 and m["radixserve_prompt_tokens_total"] > 0
+    key = 'radixserve_requests_total{outcome="length"}'
+    assert m[key] - before.get(key, 0) >= 1  # this test's own requests, whatever ran before
+    generated = m["radixserve_generation_tokens_total"] - before.get("radixserve_generation_tokens_total", 0)
+    assert generated >= 16 and m["radixserve_prompt_tokens_total"] > 0
     assert m["radixserve_kv_pages_total"] > 0
     assert m["radixserve_time_to_first_token_seconds_count"] >= 1
     assert m["radixserve_inter_token_latency_seconds_count"] >= 1

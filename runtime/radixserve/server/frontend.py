@@ -39,6 +39,7 @@ class RequestStream:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.t0 = time.perf_counter()
         self.last_token_at: dict[int, float] = {}
+        self.ttft_s: dict[int, float] = {}
 
     async def next(self) -> UserReply:
         """The next reply; APIError for a request the pipeline rejected or a dead server."""
@@ -58,6 +59,7 @@ class RequestStream:
         self._observe(msg)
         if msg.finished:
             self.pending.discard(msg.uid)
+            self.frontend.metrics.on_latency(time.perf_counter() - self.t0, self.ttft_s.get(msg.uid), msg.completion_tokens)
             self.frontend.metrics.on_finished(msg.finish_reason or "stop", msg.prompt_tokens, msg.completion_tokens)
         return msg
 
@@ -67,6 +69,7 @@ class RequestStream:
         now = time.perf_counter()
         last = self.last_token_at.get(msg.uid)
         if last is None:
+            self.ttft_s[msg.uid] = now - self.t0
             self.frontend.metrics.ttft.observe(now - self.t0)
         else:
             self.frontend.metrics.itl.observe((now - last) / len(msg.token_ids))

@@ -6,7 +6,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from radixserve.messages import SchedulerStats
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# NOTE: LLM latencies span decades: a decode step is milliseconds, a long prefill behind a queue is
+# tens of seconds and a long generation minutes, so each histogram gets buckets over its own range
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5)
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 120.0, 240.0, 480.0)
 _GAUGES = {
     "running": "Requests in the running batch",
     "waiting": "Requests waiting for admission",
@@ -31,8 +35,14 @@ class ServerMetrics:
         }
         self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
         self.integrity = Gauge("radixserve_kv_integrity_ok", "1 when the idle scheduler's KV/radix check passed, 0 if it failed, -1 while busy", registry=r)
-        self.ttft = Histogram("radixserve_time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("radixserve_inter_token_latency_seconds", "Time between tokens of a request", buckets=_LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("radixserve_time_to_first_token_seconds", "Time from submission to a request's first token",
+                              buckets=_TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("radixserve_inter_token_latency_seconds", "Time between tokens of a request", buckets=_TOKEN_BUCKETS, registry=r)
+        self.tpot = Histogram("radixserve_time_per_output_token_seconds",
+                              "Per finished request of at least 2 tokens: (end-to-end - first token) / (tokens - 1)",
+                              buckets=_TOKEN_BUCKETS, registry=r)
+        self.e2e = Histogram("radixserve_e2e_request_latency_seconds", "Time from submission to a request's last token",
+                             buckets=_E2E_BUCKETS, registry=r)
         self._last: dict[str, int] = dict.fromkeys(self.counters, 0)
         self.integrity.set(-1)
 
@@ -51,6 +61,12 @@ class ServerMetrics:
         self.requests.labels(outcome=outcome).inc()
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(completion_tokens)
+
+    def on_latency(self, e2e_s: float, ttft_s: float | None, completion_tokens: int) -> None:
+        """Once per finished (sub-)request. TPOT leaves out the first token: that one is prefill's."""
+        self.e2e.observe(e2e_s)
+        if ttft_s is not None and completion_tokens >= 2:
+            self.tpot.observe((e2e_s - ttft_s) / (completion_tokens - 1))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
