@@ -30,7 +30,9 @@ def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
         out = torch.tensor(req.output_ids, device=logits.device)
         counts = torch.bincount(out, minlength=logits.shape[-1])[: logits.shape[-1]].to(logits.dtype)
         logits -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
-    return logits
+    # an extreme penalty (repetition_penalty 1e-40) overflows to inf: keep the row finite
+    return torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(logits.dtype).max,
+                            neginf=float("-inf"))
 
 
 def scale(row: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -81,9 +83,6 @@ class Sampler:
         for i, req in enumerate(reqs):
             if req.params.has_penalties:
                 logits[i] = apply_penalties(logits[i], req)
-        # an extreme penalty (repetition_penalty 1e-40) overflows to inf: keep every logit finite
-        logits = torch.nan_to_num(logits, nan=float("-inf"), posinf=torch.finfo(torch.float32).max,
-                                  neginf=float("-inf"))
         want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
         logp = torch.log_softmax(logits, -1) if want_lp else None
         tokens = logits.argmax(-1)
