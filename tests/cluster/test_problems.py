@@ -24,6 +24,7 @@ from tests.cluster.scenario import (
     wait_ready,
     wait_reason,
 )
+from tests.e2e.kind_cluster import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -64,14 +65,12 @@ def test_crash_looping_pod_is_reported_with_its_reason(stack: Stack, namespace: 
 def test_never_ready_pod_is_named_in_the_rollout_message(stack: Stack, namespace: str) -> None:
     name = "sleepy"
     apply(stack, namespace, rsvc(name, cpu_spec(template={"metadata": {"annotations": NEVER_READY}})))
-    obj = wait_reason(stack, namespace, name, "RollingOut", timeout=30)
+    wait_reason(stack, namespace, name, "RollingOut", timeout=30)
 
     def says_not_ready() -> dict | None:
         got = get(stack, namespace, "rsvc", name)
         return got if "not ready" in condition(got).get("message", "").lower() or (
             "unready" in condition(got).get("message", "")) else None
-
-    from tests.e2e.kind_cluster import wait_for
 
     obj = wait_for("the rollout message to name the unready pod", says_not_ready, 30, 0.5)
     [pod] = live_pods(stack, namespace, name)
