@@ -122,7 +122,7 @@ def test_tp2_server_serves_openai_client(tiny_ckpts, tp1_llms, tmp_path) -> None
         srv.wait_ready()
         log = srv.log()
         assert re.search(r"tensor-parallel rank 1 ready \(pid \d+\)", log), log[-3000:]
-        assert re.search(rf"engine ready: .* on {DEVICE}:1 \(torch\.float32\)", log), log[-3000:]
+        assert re.search(rf"engine ready in [0-9.]+s: .* on {DEVICE}:1 \(torch\.float32\)", log), log[-3000:]
         auth = {"Authorization": f"Bearer {API_KEY}"}
         for p, w in zip(PROMPTS, want):
             body = {"input_ids": p, "sampling_params": {"max_tokens": MAX_NEW, "ignore_eos": True}}
