@@ -66,9 +66,9 @@ def test_alignment_needs_contiguous_16_byte_pointer_and_size() -> None:
 
 def test_env_sets_the_mode_and_a_bad_value_is_named(monkeypatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
-    assert policy_from_env().mode == "nccl" and not policy_from_env().wants_symm_mem  # the default
-    monkeypatch.setenv(ENV, "AUTO")
-    assert policy_from_env().mode == "auto" and policy_from_env().wants_symm_mem
+    assert policy_from_env().mode == "auto" and policy_from_env().wants_symm_mem  # the default
+    monkeypatch.setenv(ENV, "NCCL")
+    assert policy_from_env().mode == "nccl" and not policy_from_env().wants_symm_mem
     monkeypatch.setenv(ENV, "fastest")
     with pytest.raises(ValueError, match=r"RADIXSERVE_ALLREDUCE must be one of auto, nccl, one_shot, two_shot"):
         policy_from_env()

@@ -62,6 +62,6 @@ def is_aligned(x: torch.Tensor) -> bool:
 
 
 def policy_from_env() -> AllReducePolicy:
-    """`RADIXSERVE_ALLREDUCE` = nccl (default) | auto | one_shot | two_shot.
-    NOTE: nccl stays the default until the whole NCCL tier has passed with auto on two GPUs."""
-    return AllReducePolicy(mode=os.environ.get(ENV, "nccl").strip().lower() or "nccl")
+    """`RADIXSERVE_ALLREDUCE` = auto (default) | nccl | one_shot | two_shot. auto became the
+    default once the NCCL tier passed with it on two H200s (docs/benchmarks.md, issue 15)."""
+    return AllReducePolicy(mode=os.environ.get(ENV, "auto").strip().lower() or "auto")
