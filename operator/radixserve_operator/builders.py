@@ -1,5 +1,10 @@
-"""Pure builders: a parsed `ServiceSpec` (+ its TP size and generation) -> the Deployment and the
-Service that serve it. No cluster access; owner references are added by the handlers."""
+"""Pure builders: a parsed `ServiceSpec` (+ its TP size and generation) -> the workload (a
+Deployment; a StatefulSet when each replica has its own cache PVC) and the Service that serve it.
+No cluster access; owner references are added by the handlers.
+
+A hub model is downloaded by an init container (`radixserve download`, the same image, env and
+cache mount) before the server starts; the server then runs with HF_HUB_OFFLINE=1, so its startup
+window is spent loading, never downloading."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from radixserve_operator import (
 from radixserve_operator.spec import ProbeTiming, ServiceSpec
 
 CONTAINER = "server"
+INIT_CONTAINER = "model-download"
+CACHE_VOLUME = "model-cache"
 CACHE_DIR = "/models-cache"
 SOURCE_DIR = "/models"  # pvc:// sources mount at /models/CLAIM
 RUN_AS = 1000
@@ -34,6 +41,13 @@ GRACE_MARGIN_S = 15  # beyond preStop + the server's drain timeout, before SIGKI
 CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 16
 SPREAD_KEY = "kubernetes.io/hostname"
+# The runtime's own startup timeout (RADIXSERVE_STARTUP_TIMEOUT) is the startup window less this
+# (at most a quarter of it): the time a container needs before the runtime starts waiting for its
+# processes (imports, checks). So the runtime gives up, with a log line saying why, before the
+# kubelet's probe would kill it without one.
+STARTUP_MARGIN_S = 60
+# A Deployment's progress deadline also covers the init container's download (not in the window).
+DOWNLOAD_ALLOWANCE_S = 3600
 _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
@@ -156,7 +170,25 @@ def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v}
 
 
-def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
+def downloads(spec: ServiceSpec) -> bool:
+    """Whether an init container downloads the model: hub sources only (the embedded default is
+    in the image, a path or pvc:// source is already on a volume)."""
+    return spec.model.hub_id is not None
+
+
+def runtime_startup_timeout(spec: ServiceSpec) -> int:
+    """RADIXSERVE_STARTUP_TIMEOUT: spec.runtime.startupTimeoutSeconds less the margin."""
+    t = spec.runtime.startup_timeout
+    return t - min(STARTUP_MARGIN_S, t // 4)
+
+
+def _secret_env(name: str, ref: tuple[str, str]) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref[0], "key": ref[1]}}}
+
+
+def _common_env(spec: ServiceSpec) -> list[dict[str, Any]]:
+    """What both the download init container and the server see: the cache, the revision and the
+    hub token."""
     env: list[dict[str, Any]] = [
         {"name": "RADIXSERVE_CACHE_DIR", "value": CACHE_DIR},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
@@ -164,16 +196,31 @@ def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
     ]
     if spec.model.revision:
         env.append({"name": "RADIXSERVE_MODEL_REVISION", "value": spec.model.revision})
-    if spec.api_key_secret:
-        name, key = spec.api_key_secret
-        env.append(
-            {
-                "name": "RADIXSERVE_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
-            }
-        )
+    if spec.model.hf_token_secret:
+        env.append(_secret_env("HF_TOKEN", spec.model.hf_token_secret))
+    return env
+
+
+def _user_env(spec: ServiceSpec) -> tuple[dict[str, Any], ...]:
     template_env = (spec.pod_template.get("container") or {}).get("env") or ()
-    return merge_env(env, (*spec.env, *template_env))
+    return (*spec.env, *template_env)
+
+
+def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
+    env = _common_env(spec)
+    if downloads(spec):  # the init container has put the model in the cache
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    env.append({"name": "RADIXSERVE_STARTUP_TIMEOUT", "value": str(runtime_startup_timeout(spec))})
+    if spec.api_key_secret:
+        env.append(_secret_env("RADIXSERVE_API_KEY", spec.api_key_secret))
+    return merge_env(env, _user_env(spec))
+
+
+def _init_env(spec: ServiceSpec) -> list[dict[str, Any]]:
+    env = _common_env(spec)
+    if spec.cache.read_only:  # a claim filled beforehand: check it, fetch nothing
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    return merge_env(env, _user_env(spec))
 
 
 def merge_env(base: list[dict[str, Any]], user: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
@@ -197,19 +244,32 @@ def merge_by(
     return list(merged.values())
 
 
+def _cache_volume(spec: ServiceSpec) -> list[dict[str, Any]]:
+    """The pod's model-cache volume; none for pvcPerReplica, whose StatefulSet adds one per pod
+    from its volumeClaimTemplate of that name."""
+    c = spec.cache
+    if c.per_replica:
+        return []
+    if c.type == "sharedPVC":
+        claim: dict[str, Any] = {"claimName": c.claim_name}
+        if c.read_only:
+            claim["readOnly"] = True
+        return [{"name": CACHE_VOLUME, "persistentVolumeClaim": claim}]
+    return [{"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": c.size} if c.size is not None else {}}]
+
+
 def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    if spec.cache_pvc:
-        cache: dict[str, Any] = {"persistentVolumeClaim": {"claimName": spec.cache_pvc}}
-    else:
-        cache = {"emptyDir": {"sizeLimit": spec.cache_size} if spec.cache_size is not None else {}}
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
-        {"name": "model-cache", **cache},
+        *_cache_volume(spec),
         {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
     ]
+    cache_mount: dict[str, Any] = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR}
+    if spec.cache.read_only:
+        cache_mount["readOnly"] = True
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "model-cache", "mountPath": CACHE_DIR},
+        cache_mount,
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     pvc = spec.model.pvc
@@ -255,12 +315,52 @@ def _container(spec: ServiceSpec, tp: int, mounts: list[dict[str, Any]]) -> dict
         "readinessProbe": _probe(spec.readiness),
         "livenessProbe": _probe(spec.liveness),
         **_lifecycle(spec),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": _container_security(),
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def download_args(spec: ServiceSpec) -> list[str]:
+    """NOTE: no --cache-dir: the init container has the server's env (RADIXSERVE_CACHE_DIR,
+    HF_HOME, and the user's env over them), so it downloads exactly where the server will look,
+    even where the user's env moves HF_HOME."""
+    assert spec.model.hub_id is not None
+    args = ["download", spec.model.hub_id]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    return args
+
+
+def _init_container(
+    spec: ServiceSpec, mounts: list[dict[str, Any]], server_resources: dict[str, Any]
+) -> dict[str, Any]:
+    """`radixserve download` into the cache: the server's image, env, mounts and security. Its
+    CPU/memory are the server's (never the GPUs), so the pod asks the scheduler for no more than
+    the server alone (a pod's request is the larger of its init containers' and the sum of its
+    containers')."""
+    gpu = spec.gpu.resource_name
+    resources = {
+        part: {k: v for k, v in values.items() if k != gpu}
+        for part, values in server_resources.items()
+    }
+    return {
+        "name": INIT_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["radixserve"],
+        "args": download_args(spec),
+        "env": _init_env(spec),
+        "resources": {k: v for k, v in resources.items() if v},
+        "volumeMounts": [dict(m) for m in mounts],
+        "securityContext": _container_security(),
     }
 
 
@@ -319,6 +419,7 @@ def _scheduling(spec: ServiceSpec) -> dict[str, Any]:
 
 def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     volumes, mounts = _volumes(spec)
+    server = _container(spec, tp, mounts)
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,  # the server never talks to the API server
         "terminationGracePeriodSeconds": grace_period(spec),
@@ -327,12 +428,14 @@ def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
             "runAsUser": RUN_AS,
             "runAsGroup": RUN_AS,
             "fsGroup": RUN_AS,
+            # a big cache volume is chowned once, not on every pod start
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(spec, tp, mounts)],
-        "volumes": volumes,
-        **_scheduling(spec),
     }
+    if downloads(spec):
+        pod["initContainers"] = [_init_container(spec, mounts, server["resources"])]
+    pod |= {"containers": [server], "volumes": volumes, **_scheduling(spec)}
     return pod
 
 
@@ -340,43 +443,121 @@ def gpus_per_replica(spec: ServiceSpec, tp: int) -> int:
     return tp if spec.gpu.enabled else 0
 
 
+def workload_kind(spec: ServiceSpec) -> str:
+    """A StatefulSet when each replica has its own cache PVC (its volumeClaimTemplates are the
+    Kubernetes way to give each pod its own claim), else a Deployment."""
+    return "StatefulSet" if spec.cache.per_replica else "Deployment"
+
+
+def workload_kind_of(raw_spec: dict[str, Any]) -> str:
+    """`workload_kind` from a resource's raw spec (status reads it without parsing)."""
+    cache = (raw_spec.get("model") or {}).get("cache") or {}
+    return "StatefulSet" if cache.get("type") == "pvcPerReplica" else "Deployment"
+
+
+def _workload_meta(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
+    """`generation` (the resource's metadata.generation) is recorded so status can tell whether
+    the workload already carries the latest spec."""
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": labels(spec),
+        "annotations": {
+            ANNOTATION_GENERATION: str(generation),
+            ANNOTATION_TP: str(tp),
+            ANNOTATION_GPUS: str(gpus_per_replica(spec, tp)),
+        },
+    }
+
+
+def _pod_template(spec: ServiceSpec, tp: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "labels": {**spec.pod_labels, **labels(spec)},
+            "annotations": {
+                "kubectl.kubernetes.io/default-container": CONTAINER,
+                **spec.pod_annotations,
+            },
+        },
+        "spec": _pod_spec(spec, tp),
+    }
+
+
 def build_deployment(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
-    """The Deployment for `spec` at TP `tp`; `generation` (the resource's metadata.generation) is
-    recorded so status can tell whether the Deployment already carries the latest spec."""
-    lbl = labels(spec)
-    # A rollout may wait out a whole startup window per pod; don't call it stalled before that.
+    """The Deployment for `spec` at TP `tp`."""
+    # A rollout may wait out a whole startup window per pod (and a download before it); don't
+    # call it stalled before that.
     deadline = max(600, spec.startup.window_seconds + 300)
+    if downloads(spec):
+        deadline += DOWNLOAD_ALLOWANCE_S
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": spec.name,
-            "namespace": spec.namespace,
-            "labels": lbl,
-            "annotations": {
-                ANNOTATION_GENERATION: str(generation),
-                ANNOTATION_TP: str(tp),
-                ANNOTATION_GPUS: str(gpus_per_replica(spec, tp)),
-            },
-        },
+        "metadata": _workload_meta(spec, tp, generation),
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(spec.name)},
             "strategy": _strategy(spec),
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": deadline,
-            "template": {
-                "metadata": {
-                    "labels": {**spec.pod_labels, **lbl},
-                    "annotations": {
-                        "kubectl.kubernetes.io/default-container": CONTAINER,
-                        **spec.pod_annotations,
-                    },
-                },
-                "spec": _pod_spec(spec, tp),
-            },
+            "template": _pod_template(spec, tp),
         },
     }
+
+
+def cache_claim_template(spec: ServiceSpec) -> dict[str, Any]:
+    """The per-replica cache PVC (`model-cache-NAME-<ordinal>`): immutable once the StatefulSet
+    exists (the reconciler recreates the StatefulSet, keeping its pods, when it changes)."""
+    c = spec.cache
+    claim: dict[str, Any] = {
+        "accessModes": list(c.access_modes),
+        "resources": {"requests": {"storage": c.size}},
+    }
+    if c.storage_class is not None:
+        claim["storageClassName"] = c.storage_class
+    # NOTE: no version label: a new image must not change a template the API server keeps fixed.
+    stable = {k: v for k, v in labels(spec).items() if k != LABEL_VERSION}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CACHE_VOLUME, "labels": stable},
+        "spec": claim,
+    }
+
+
+def build_statefulset(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
+    """The StatefulSet for `spec` (model.cache type pvcPerReplica): the same pods as the
+    Deployment's, each with its own cache PVC. Pods start and stop in parallel (no ordering is
+    needed between replicas) and roll one `maxUnavailable` at a time, in place; a scaled-down
+    replica's PVC is kept for the next scale-up, and all go with the StatefulSet."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _workload_meta(spec, tp, generation),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(spec.name)},
+            "serviceName": spec.name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": spec.rollout.max_unavailable},
+            },
+            "revisionHistoryLimit": 3,
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Delete",
+                "whenScaled": "Retain",
+            },
+            "template": _pod_template(spec, tp),
+            "volumeClaimTemplates": [cache_claim_template(spec)],
+        },
+    }
+
+
+def build_workload(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
+    if workload_kind(spec) == "StatefulSet":
+        return build_statefulset(spec, tp, generation)
+    return build_deployment(spec, tp, generation)
 
 
 def object_meta(spec: ServiceSpec) -> dict[str, Any]:

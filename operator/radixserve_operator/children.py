@@ -1,5 +1,5 @@
-"""Every object an InferenceService owns: the Deployment and Service (`builders`), and the
-optional children its spec may ask for — a PodDisruptionBudget, and an autoscaler (an
+"""Every object an InferenceService owns: the workload (a Deployment, or a StatefulSet for a PVC
+per replica) and the Service (`builders`), and the optional children its spec may ask for — a PodDisruptionBudget, and an autoscaler (an
 `autoscaling/v2` HPA or a KEDA ScaledObject) whose target is the InferenceService itself. Pure:
 no cluster access; owner references are added by the handlers."""
 
@@ -9,10 +9,11 @@ from typing import Any
 
 from radixserve_operator import API_VERSION, KIND
 from radixserve_operator.builders import (
-    build_deployment,
     build_service,
+    build_workload,
     object_meta,
     selector_labels,
+    workload_kind,
 )
 from radixserve_operator.spec import ServiceSpec
 
@@ -79,8 +80,10 @@ def keda_query(spec: ServiceSpec) -> str:
     assert a is not None
     if a.query:
         return a.query
-    # NOTE: Deployment pods are NAME-<replicaset hash>-<pod hash>; PromQL regexes are anchored.
-    sel = f'namespace="{spec.namespace}",pod=~"{spec.name}-[a-z0-9]+-[a-z0-9]+"'
+    # NOTE: Deployment pods are NAME-<replicaset hash>-<pod hash>, StatefulSet pods NAME-<ordinal>;
+    # PromQL regexes are anchored.
+    pods = "[0-9]+" if workload_kind(spec) == "StatefulSet" else "[a-z0-9]+-[a-z0-9]+"
+    sel = f'namespace="{spec.namespace}",pod=~"{spec.name}-{pods}"'
     return {
         "requests": f"sum(radixserve_running{{{sel}}}) + sum(radixserve_waiting{{{sel}}})",
         "kvCache": f"sum(radixserve_kv_pages_used{{{sel}}} / radixserve_kv_pages_total{{{sel}}})",
@@ -114,8 +117,10 @@ def build_scaled_object(spec: ServiceSpec) -> dict[str, Any]:
 
 
 # The children that exist only when the spec asks for them; the reconciler deletes one of ours
-# that the spec no longer asks for.
+# that the spec no longer asks for (the workload kind the cache mode no longer uses, too).
 OPTIONAL_KINDS = (
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
     ("policy/v1", "PodDisruptionBudget"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("keda.sh/v1alpha1", "ScaledObject"),
@@ -123,8 +128,8 @@ OPTIONAL_KINDS = (
 
 
 def build_all(spec: ServiceSpec, tp: int, generation: int) -> list[dict[str, Any]]:
-    """The Deployment and Service, then the optional children the spec asks for."""
-    out = [build_deployment(spec, tp, generation), build_service(spec)]
+    """The workload and the Service, then the optional children the spec asks for."""
+    out = [build_workload(spec, tp, generation), build_service(spec)]
     if wants_disruption_budget(spec):
         out.append(build_disruption_budget(spec))
     if spec.autoscaling and spec.autoscaling.engine == "hpa":

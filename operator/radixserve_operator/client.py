@@ -32,8 +32,11 @@ class ClusterClient(Protocol):
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it (or its kind) does not exist."""
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete the object; nothing when it is already gone."""
+    def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, orphan: bool = False
+    ) -> None:
+        """Delete the object; nothing when it is already gone. `orphan`: leave its dependents
+        (a StatefulSet's pods and PVCs) for the next owner to adopt."""
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         """Pods in `namespace` whose labels match `selector`."""
@@ -110,11 +113,14 @@ class KubeClient:
         except (NotFoundError, APIUnavailable):
             return None
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+    def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, orphan: bool = False
+    ) -> None:
         from kubernetes.dynamic.exceptions import NotFoundError
 
+        body = {"propagationPolicy": "Orphan"} if orphan else None
         try:
-            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+            self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
         except (NotFoundError, APIUnavailable):
             pass
 

@@ -71,15 +71,102 @@ def _free_object(description: str) -> dict[str, Any]:
     }
 
 
-def _probe(period: int, failures: int, timeout: int, delay: int = 0) -> dict[str, Any]:
+def _probe(period: int, failures: int | None, timeout: int, delay: int = 0) -> dict[str, Any]:
+    threshold = (
+        _int(1, default=failures)
+        if failures is not None
+        else _int(
+            1,
+            description="Default: enough periods to cover runtime.startupTimeoutSeconds; a "
+            "larger value lengthens the window, a smaller one is raised to cover it.",
+        )
+    )
     return _obj(
         {
             "initialDelaySeconds": _int(0, default=delay),
             "periodSeconds": _int(1, default=period),
             "timeoutSeconds": _int(1, default=timeout),
-            "failureThreshold": _int(1, default=failures),
+            "failureThreshold": threshold,
         },
         default={},
+    )
+
+
+CACHE_TYPES = ["emptyDir", "pvcPerReplica", "sharedPVC"]
+ACCESS_MODES = ["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"]  # the pod writes the cache
+PER_REPLICA_ROLLOUT = (
+    "model.cache type pvcPerReplica runs a StatefulSet, which replaces each pod in place with its "
+    "own volume: rollout.strategy must be RollingUpdate with maxSurge 0"
+)
+_PER_REPLICA_ROLLOUT = (
+    "!has(self.model.cache) || self.model.cache.type != 'pvcPerReplica' || "
+    "(self.rollout.strategy == 'RollingUpdate' && string(self.rollout.maxSurge) in ['0', '0%'])"
+)
+
+
+def _cache() -> dict[str, Any]:
+    # NOTE: no defaults on the type-specific fields: a default would be present for every type and
+    # break the rules that keep each field to its type.
+    return _obj(
+        {
+            "type": _str(
+                enum=CACHE_TYPES,
+                default="emptyDir",
+                description="emptyDir: per pod, gone with it. pvcPerReplica: a PVC per replica "
+                "(volumeClaimTemplate of a StatefulSet), kept across restarts and rollouts. "
+                "sharedPVC: an existing claim every replica mounts (ReadWriteMany, or ReadOnlyMany "
+                "with readOnly).",
+            ),
+            "sizeLimit": _quantity(description="emptyDir: its sizeLimit (default 100Gi)."),
+            "size": _quantity(description="pvcPerReplica (required): each PVC's storage request."),
+            "storageClassName": _str(
+                description="pvcPerReplica: the StorageClass (default: the cluster's default)."
+            ),
+            "accessModes": {
+                "type": "array",
+                "items": _str(enum=ACCESS_MODES),
+                "minItems": 1,
+                "x-kubernetes-list-type": "set",
+                "description": "pvcPerReplica: the PVCs' access modes (default [ReadWriteOnce]).",
+            },
+            "claimName": _str(
+                minLength=1,
+                maxLength=253,
+                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                description="sharedPVC: the existing claim (in the resource's namespace).",
+            ),
+            "readOnly": {
+                "type": "boolean",
+                "description": "sharedPVC: mount it read-only (a ReadOnlyMany claim filled "
+                "beforehand); the init container then only checks that the model is there.",
+            },
+        },
+        description="Where the weights are cached (/models-cache). Default: an emptyDir of 100Gi.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type != 'sharedPVC' || has(self.claimName)",
+                    "message": "type sharedPVC needs claimName",
+                },
+                {
+                    "rule": "self.type == 'sharedPVC' || (!has(self.claimName) && !has(self.readOnly))",
+                    "message": "claimName and readOnly are for type sharedPVC",
+                },
+                {
+                    "rule": "self.type == 'pvcPerReplica' || (!has(self.size) && "
+                    "!has(self.storageClassName) && !has(self.accessModes))",
+                    "message": "size, storageClassName and accessModes are for type pvcPerReplica",
+                },
+                {
+                    "rule": "self.type != 'pvcPerReplica' || has(self.size)",
+                    "message": "type pvcPerReplica needs size",
+                },
+                {
+                    "rule": "self.type == 'emptyDir' || !has(self.sizeLimit)",
+                    "message": "sizeLimit is for type emptyDir",
+                },
+            ]
+        },
     )
 
 
@@ -121,6 +208,16 @@ def _model() -> dict[str, Any]:
             "servedName": _str(description="Model name in the OpenAI API (default: the source)."),
             "revision": _str(description="Hub revision (branch, tag or commit) of the model."),
             "parameters": hints,
+            "cache": _cache(),
+            "hfTokenSecret": _obj(
+                {
+                    "name": _str(minLength=1),
+                    "key": _str(minLength=1, default="HF_TOKEN"),
+                },
+                required=["name"],
+                description="A Secret key set as HF_TOKEN in the download init container and the "
+                "server (gated or private hub models).",
+            ),
         },
         default={},
     )
@@ -178,6 +275,14 @@ def _runtime() -> dict[str, Any]:
                 description="preStop sleep before SIGTERM, so endpoints stop sending new "
                 "requests first (0: no hook).",
             ),
+            "startupTimeoutSeconds": _int(
+                60,
+                86400,
+                default=1800,
+                description="From the server container's start until it serves (the model is "
+                "already downloaded by then): the startup probe's window covers it, and the "
+                "runtime gives up a little earlier with a clear log line.",
+            ),
             "extraArgs": {"type": "array", "items": _str()},
         },
         default={},
@@ -190,8 +295,8 @@ def _model_cache() -> dict[str, Any]:
             "pvc": _obj({"claimName": _str(minLength=1)}, required=["claimName"]),
             "emptyDir": _obj({"sizeLimit": _quantity(default="100Gi")}),
         },
-        default={"emptyDir": {"sizeLimit": "100Gi"}},
-        description="Volume at /models-cache (RADIXSERVE_CACHE_DIR, HF_HOME): a PVC or an emptyDir.",
+        description="Deprecated: use model.cache (pvc is {type: sharedPVC, claimName}, emptyDir "
+        "{type: emptyDir, sizeLimit}); read only when model.cache is not set.",
         **{
             "x-kubernetes-validations": [
                 {
@@ -446,12 +551,12 @@ def _spec() -> dict[str, Any]:
             "rollout": _rollout(),
             "probes": _obj(
                 {
-                    "startup": _probe(period=10, failures=180, timeout=5),
+                    "startup": _probe(period=10, failures=None, timeout=5),
                     "readiness": _probe(period=10, failures=3, timeout=5),
                     "liveness": _probe(period=20, failures=3, timeout=5),
                 },
                 default={},
-                description="Timing of the /health probes; startup allows periodSeconds x failureThreshold to load the model.",
+                description="Timing of the /health probes; the startup probe's window covers runtime.startupTimeoutSeconds.",
             ),
             "service": _obj(
                 {
@@ -505,6 +610,11 @@ def _spec() -> dict[str, Any]:
                     "rule": "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']",
                     "message": "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
                     "fieldPath": ".parallelism.tensor",
+                },
+                {
+                    "rule": _PER_REPLICA_ROLLOUT,
+                    "message": PER_REPLICA_ROLLOUT,
+                    "fieldPath": ".rollout",
                 },
                 {
                     "rule": _NO_TEMPLATE_GPU,

@@ -1,7 +1,7 @@
 """kopf handlers: one small function per event, each handing over to `reconcile`. They are plain
 functions of kopf's keyword arguments, so tests call them directly with a fake client in `memo`.
 
-No deletion handler (and so no finalizer): the Deployment and Service carry owner references and
+No deletion handler (and so no finalizer): the workload and Service carry owner references and
 the garbage collector removes them with the resource. The children's watches are filtered by the
 API server (a label selector), so the operator never streams the cluster's other pods; a timer
 re-applies and re-reads every resource now and then, whatever events were missed."""
@@ -20,7 +20,12 @@ from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
 RETRY_DELAY_S = 60
 RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
-CHILDREN = (("apps", "v1", "deployments"), ("", "v1", "pods"), ("", "v1", "services"))
+CHILDREN = (
+    ("apps", "v1", "deployments"),
+    ("apps", "v1", "statefulsets"),
+    ("", "v1", "pods"),
+    ("", "v1", "services"),
+)
 
 
 def _reconcile(body: Any, memo: Any, announce: tuple[str, str] | None) -> None:
@@ -71,6 +76,13 @@ def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("apps", "v1", "deployments", labels=OURS)
 def on_deployment_event(
+    body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any
+) -> None:
+    refresh_owner(memo.client, body, deleted=type == "DELETED")
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=OURS)
+def on_statefulset_event(
     body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any
 ) -> None:
     refresh_owner(memo.client, body, deleted=type == "DELETED")

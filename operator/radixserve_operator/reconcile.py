@@ -12,7 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
-from radixserve_operator.builders import gpus_per_replica, selector_labels
+from radixserve_operator.builders import (
+    gpus_per_replica,
+    quantity_bytes,
+    selector_labels,
+    workload_kind_of,
+)
 from radixserve_operator.children import OPTIONAL_KINDS, build_all
 from radixserve_operator.client import (
     APIUnavailable,
@@ -31,6 +36,7 @@ from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
     AUTOSCALING,
+    CACHE_SHARED_RWO,
     INVALID_SPEC,
     MODEL_CONFIG_UNAVAILABLE,
     READY,
@@ -56,7 +62,10 @@ class RetryLater(RuntimeError):
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
 _gpu_nodes: dict[str, tuple[float, int | None]] = {}
-_applied: dict[tuple[str, str], int] = {}  # (namespace, name) -> the Deployment generation we wrote
+# (kind, namespace, name) -> the generation of the workload (Deployment or StatefulSet) we wrote
+_applied: dict[tuple[str, str, str], int] = {}
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+SHAREABLE_MODES = ("ReadWriteMany", "ReadOnlyMany")
 
 
 def _lock(namespace: str, name: str) -> threading.Lock:
@@ -147,18 +156,23 @@ def reconcile(
     scaler_problem = None
     try:
         for obj in objects:
+            if obj["kind"] == "StatefulSet" and _claims_changed(client, obj):
+                _recreate_statefulset(client, body, obj)
+                continue  # applied again once it is gone (its delete event, or the resync)
             try:
                 out = client.apply(obj)
             except APIUnavailable as e:
                 scaler_problem = _missing_api_message(obj, e)
                 continue
-            if obj["kind"] == "Deployment":
-                _applied[(spec.namespace, spec.name)] = int(out["metadata"].get("generation") or 0)
+            if obj["kind"] in WORKLOAD_KINDS:
+                key = (obj["kind"], spec.namespace, spec.name)
+                _applied[key] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
         _mark_blocked(client, body, str(e))
         return None
     _delete_unwanted(client, body, objects)
     _set_autoscaling_condition(client, body, spec, scaler_problem)
+    _set_cache_condition(client, body, spec)
     with _lock(spec.namespace, spec.name):
         client.patch_status(
             spec.namespace,
@@ -178,8 +192,69 @@ def reconcile(
             client.event(
                 body, "Warning", "TPUnchecked", f"TP {tp} not checked against the model: {unchecked}"
             )
+        legacy = (body.get("spec") or {}).get("modelCache")
+        if spec.cache.deprecated_field and legacy != LEGACY_DEFAULT_CACHE:
+            client.event(body, "Warning", "DeprecatedField", _deprecation(legacy))
     refresh(client, spec.namespace, spec.name)
     return tp
+
+
+# What the API server stored in spec.modelCache of resources created before model.cache existed.
+LEGACY_DEFAULT_CACHE = {"emptyDir": {"sizeLimit": "100Gi"}}
+
+
+def _deprecation(legacy: dict[str, Any]) -> str:
+    if "pvc" in legacy:
+        new = f"{{type: sharedPVC, claimName: {legacy['pvc']['claimName']}}}"
+    else:
+        new = f"{{type: emptyDir, sizeLimit: {(legacy.get('emptyDir') or {}).get('sizeLimit', '100Gi')}}}"
+    return f"spec.modelCache is deprecated: set spec.model.cache to {new} instead"
+
+
+def _claim_key(template: dict[str, Any]) -> tuple[Any, ...]:
+    s, meta = template.get("spec") or {}, template.get("metadata") or {}
+    storage = ((s.get("resources") or {}).get("requests") or {}).get("storage", 0)
+    return (
+        meta.get("name"),
+        quantity_bytes(storage),
+        s.get("storageClassName"),
+        tuple(sorted(s.get("accessModes") or ())),
+        tuple(sorted((meta.get("labels") or {}).items())),
+    )
+
+
+def _claims_changed(client: ClusterClient, desired: dict[str, Any]) -> bool:
+    """Whether a live StatefulSet's volumeClaimTemplates (which the API server refuses to change)
+    differ from the desired ones in what the spec sets. A class the cluster defaulted on the live
+    side (no storageClassName asked for) is no change."""
+    meta = desired["metadata"]
+    live = client.get("apps/v1", "StatefulSet", meta["namespace"], meta["name"])
+    if live is None or (live.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    want = [_claim_key(t) for t in desired["spec"]["volumeClaimTemplates"]]
+    have = [_claim_key(t) for t in (live.get("spec") or {}).get("volumeClaimTemplates") or ()]
+    if len(want) != len(have):
+        return True
+    return any(
+        w[:2] != h[:2] or w[3:] != h[3:] or (w[2] is not None and w[2] != h[2])
+        for w, h in zip(want, have, strict=True)
+    )
+
+
+def _recreate_statefulset(client: ClusterClient, body: dict[str, Any], obj: dict[str, Any]) -> None:
+    """Delete the StatefulSet leaving its pods and PVCs (orphan): the new one adopts the pods
+    (rolling them if their template changed) and gives the new claim template to new replicas."""
+    meta = obj["metadata"]
+    client.delete("apps/v1", "StatefulSet", meta["namespace"], meta["name"], orphan=True)
+    client.event(
+        body,
+        "Normal",
+        "CacheClaimsChanged",
+        f"model.cache changed: recreating StatefulSet {meta['name']} (its pods keep running); "
+        "replicas that have a PVC already keep it as it is: expand it where the StorageClass "
+        "allows, or delete it so that the pod gets a new one",
+    )
+    log.info("%s/%s: cache claim template changed: StatefulSet recreated", meta["namespace"], meta["name"])
 
 
 def _missing_api_message(obj: dict[str, Any], error: Exception) -> str:
@@ -227,21 +302,79 @@ def _set_autoscaling_condition(
             f"{a.metric_name} (target {a.target:g} per pod)",
             "observedGeneration": int(meta.get("generation") or 1),
         }
-    if new is None and get_condition(body.get("status"), AUTOSCALING) is None:
-        return  # the common case: no autoscaling, nothing to read or write
+    old = _put_condition(client, body, AUTOSCALING, new)
+    if new is not None and problem and (old is None or old.get("message") != problem):
+        client.event(body, "Warning", new["reason"], problem)
+
+
+def _put_condition(
+    client: ClusterClient, body: dict[str, Any], type_: str, new: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Write condition `type_` (None: remove it) when it changed; returns the one it replaced.
+    `lastTransitionTime` moves only when the status flips."""
+    meta = body["metadata"]
+    if new is None and get_condition(body.get("status"), type_) is None:
+        return None  # the common case: nothing to read or write
     with _lock(meta["namespace"], meta["name"]):
         current = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
         conditions = list((current.get("status") or {}).get("conditions") or ())
-        old = get_condition(current.get("status"), AUTOSCALING)
+        old = get_condition(current.get("status"), type_)
         if new is not None:
             same = old is not None and old.get("status") == new["status"]
             new["lastTransitionTime"] = old.get("lastTransitionTime") if same else now_iso()
         if old == new or (old is None and new is None):
-            return
-        rest = [c for c in conditions if c.get("type") != AUTOSCALING]
+            return old
+        rest = [c for c in conditions if c.get("type") != type_]
         client.patch_status(meta["namespace"], meta["name"], {"conditions": rest + ([new] if new else [])})
-    if new is not None and problem and (old is None or old.get("message") != problem):
-        client.event(body, "Warning", new["reason"], problem)
+    return old
+
+
+def cache_condition(
+    spec: ServiceSpec, claim: dict[str, Any] | None, generation: int
+) -> dict[str, Any] | None:
+    """The `CacheSharedReadWriteOnce` condition of a sharedPVC cache, from the claim's access
+    modes (the bound volume's, else the ones asked for): True when more than one pod may mount a
+    claim no two nodes (ReadWriteOnce) or no two pods (ReadWriteOncePod) can share — replicas > 1,
+    an autoscaler's maximum > 1, or a surge pod during a rollout. None without a shared claim."""
+    c = spec.cache
+    if c.type != "sharedPVC":
+        return None
+    out: dict[str, Any] = {"type": CACHE_SHARED_RWO, "observedGeneration": generation}
+    if claim is None:
+        return out | {
+            "status": "Unknown",
+            "reason": "ClaimNotFound",
+            "message": f"PersistentVolumeClaim {c.claim_name} not found in {spec.namespace}: the "
+            "pods wait for it",
+        }
+    st = claim.get("status") or {}
+    modes = list(st.get("accessModes") or (claim.get("spec") or {}).get("accessModes") or ())
+    surge = spec.rollout.strategy == "RollingUpdate" and str(spec.rollout.max_surge) not in ("0", "0%")
+    pods = spec.may_run_replicas + (1 if surge else 0)
+    if set(modes) & set(SHAREABLE_MODES) or pods <= 1:
+        why = f"{', '.join(modes) or 'no access modes yet'}; at most {max(pods, 1)} pod(s) at once"
+        return out | {"status": "False", "reason": "ClaimShareable", "message": why}
+    who = f"up to {spec.may_run_replicas} replicas" + (" and a surge pod" if surge else "")
+    return out | {
+        "status": "True",
+        "reason": "ReadWriteOnceClaimShared",
+        "message": f"PersistentVolumeClaim {c.claim_name} is {', '.join(modes) or 'ReadWriteOnce'} "
+        f"but {who} mount it: pods on different nodes cannot attach it (Multi-Attach). Use a "
+        "ReadWriteMany claim (or ReadOnlyMany with readOnly), or model.cache type pvcPerReplica",
+    }
+
+
+def _set_cache_condition(client: ClusterClient, body: dict[str, Any], spec: ServiceSpec) -> None:
+    meta = body["metadata"]
+    claim = None
+    if spec.cache.type == "sharedPVC":
+        claim = client.get("v1", "PersistentVolumeClaim", spec.namespace, spec.cache.claim_name or "")
+    new = cache_condition(spec, claim, int(meta.get("generation") or 1))
+    old = _put_condition(client, body, CACHE_SHARED_RWO, new)
+    if new is not None and new["status"] == "True" and (
+        old is None or old.get("status") != "True" or old.get("message") != new["message"]
+    ):
+        client.event(body, "Warning", new["reason"], new["message"])
 
 
 def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -252,7 +385,8 @@ def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] 
             resource = client.get(API_VERSION, KIND, namespace, name)
             if resource is None or resource["metadata"].get("deletionTimestamp"):
                 return None
-            deployment = client.get("apps/v1", "Deployment", namespace, name)
+            kind = workload_kind_of(resource.get("spec") or {})
+            deployment = client.get("apps/v1", kind, namespace, name)
             pods = client.list_pods(namespace, selector_labels(name)) if deployment else []
             gpu = (resource.get("spec") or {}).get("gpu") or {}
             gpu_nodes = (
@@ -295,24 +429,24 @@ def _owner(client: ClusterClient, child: dict[str, Any]) -> dict[str, Any] | Non
 
 
 def _drifted(child: dict[str, Any], owner: dict[str, Any]) -> bool:
-    """A Deployment edited by someone else (`kubectl scale` or `kubectl edit` of the child): a
+    """A workload edited by someone else (`kubectl scale` or `kubectl edit` of the child): a
     spec generation past the one this operator wrote, or replicas that are not the owner's."""
     meta = child.get("metadata") or {}
-    written = _applied.get((meta.get("namespace"), meta.get("name")))
+    written = _applied.get((child.get("kind"), meta.get("namespace"), meta.get("name")))
     if written is not None and int(meta.get("generation") or 0) > written:
         return True
     return (child.get("spec") or {}).get("replicas") != (owner.get("spec") or {}).get("replicas", 1)
 
 
 def refresh_owner(client: ClusterClient, child: dict[str, Any], deleted: bool = False) -> None:
-    """A Deployment, Service or pod of ours changed: re-apply the owner's children when one was
+    """A workload, Service or pod of ours changed: re-apply the owner's children when one was
     deleted or edited by hand, else refresh the owner's status."""
     owner = _owner(client, child)
     if owner is None:
         return
     kind = child.get("kind")
-    if (deleted and kind in ("Deployment", "Service")) or (
-        not deleted and kind == "Deployment" and _drifted(child, owner)
+    if (deleted and kind in (*WORKLOAD_KINDS, "Service")) or (
+        not deleted and kind in WORKLOAD_KINDS and _drifted(child, owner)
     ):
         log.info("%s %s changed by hand: restoring it", kind, child["metadata"].get("name"))
         try:

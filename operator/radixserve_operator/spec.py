@@ -7,11 +7,18 @@ The CRD's CEL rules are repeated here as Python checks (they cannot run outside 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixserve_operator.crd import PAGE_SIZES, SELECTOR_LABEL_KEYS, TP_SIZES, spec_schema
+from radixserve_operator.crd import (
+    PAGE_SIZES,
+    PER_REPLICA_ROLLOUT,
+    SELECTOR_LABEL_KEYS,
+    TP_SIZES,
+    spec_schema,
+)
 from radixserve_operator.settings import OperatorSettings
 
 DEFAULT_MODEL = "default"
@@ -43,6 +50,7 @@ class ModelSpec:
     served_name: str | None
     revision: str | None
     hints: dict[str, Any] | None
+    hf_token_secret: tuple[str, str] | None = None  # (Secret name, key) -> env HF_TOKEN
 
     @property
     def is_default(self) -> bool:
@@ -59,6 +67,27 @@ class ModelSpec:
         if self.is_default or self.source.startswith(("/", ".", "pvc://")):
             return None
         return self.source
+
+
+DEFAULT_CACHE_SIZE = "100Gi"
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The model cache at /models-cache: an emptyDir per pod, a PVC per replica (the workload is
+    then a StatefulSet with a volumeClaimTemplate), or one existing claim shared by every pod."""
+
+    type: str  # emptyDir | pvcPerReplica | sharedPVC (crd.CACHE_TYPES)
+    size: str | int | None = DEFAULT_CACHE_SIZE  # emptyDir sizeLimit, or the per-replica PVC size
+    storage_class: str | None = None  # pvcPerReplica ("" is a class too: static binding)
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",)  # pvcPerReplica
+    claim_name: str | None = None  # sharedPVC
+    read_only: bool = False  # sharedPVC: a claim filled beforehand, mounted read-only
+    deprecated_field: bool = False  # read from spec.modelCache
+
+    @property
+    def per_replica(self) -> bool:
+        return self.type == "pvcPerReplica"
 
 
 @dataclass(frozen=True)
@@ -81,6 +110,7 @@ class RuntimeSpec:
     shutdown_timeout: int
     extra_args: tuple[str, ...]
     pre_stop_seconds: int = 0
+    startup_timeout: int = 1800  # seconds from the container's start until it serves
 
 
 @dataclass(frozen=True)
@@ -102,6 +132,17 @@ class ProbeTiming:
     @property
     def window_seconds(self) -> int:
         return self.initial_delay + self.period * self.failure_threshold
+
+
+def startup_timing(raw: dict[str, Any], timeout: int) -> ProbeTiming:
+    """The startup probe from spec.runtime.startupTimeoutSeconds: its window (initial delay +
+    period x failures) covers the timeout; a failureThreshold given (or stored by an older CRD's
+    default) can lengthen the window, never shorten it below the timeout."""
+    delay, period = raw["initialDelaySeconds"], raw["periodSeconds"]
+    needed = max(1, math.ceil(max(timeout - delay, 0) / period))
+    return ProbeTiming(
+        delay, period, raw["timeoutSeconds"], max(needed, raw.get("failureThreshold") or 0)
+    )
 
 
 @dataclass(frozen=True)
@@ -155,8 +196,7 @@ class ServiceSpec:
     node_selector: dict[str, str]
     tolerations: tuple[dict[str, Any], ...]
     affinity: dict[str, Any] | None
-    cache_pvc: str | None
-    cache_size: str | int | None
+    cache: CacheSpec
     shm_size: str | int
     rollout: RolloutSpec
     startup: ProbeTiming
@@ -205,9 +245,10 @@ def _check(raw: dict[str, Any]) -> None:
         raise SpecError("spec.gpu.memoryGiB is required when spec.parallelism.tensor is auto")
     if not gpu["enabled"] and tensor not in (1, "auto"):
         raise SpecError("spec.parallelism.tensor: a CPU replica (gpu.enabled false) runs with TP 1")
-    cache = raw["modelCache"]
-    if ("pvc" in cache) == ("emptyDir" in cache):
+    legacy = raw.get("modelCache")
+    if legacy is not None and ("pvc" in legacy) == ("emptyDir" in legacy):
         raise SpecError("spec.modelCache: set exactly one of pvc, emptyDir")
+    _check_cache(model.get("cache"), raw["rollout"])
     r = raw["rollout"]
     if (
         r["strategy"] == "RollingUpdate"
@@ -235,6 +276,57 @@ def _check(raw: dict[str, Any]) -> None:
         raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")
     if rt.get("pageSize") is not None and rt["pageSize"] not in PAGE_SIZES:
         raise SpecError(f"spec.runtime.pageSize must be a power of two, got {rt['pageSize']}")
+
+
+def _check_cache(cache: dict[str, Any] | None, rollout: dict[str, Any]) -> None:
+    """The Python twin of spec.model.cache's CEL rules (and the rollout rule of pvcPerReplica)."""
+    if cache is None:
+        return
+    kind, where = cache["type"], "spec.model.cache"
+    if kind == "sharedPVC" and "claimName" not in cache:
+        raise SpecError(f"{where}: type sharedPVC needs claimName")
+    if kind != "sharedPVC" and ("claimName" in cache or "readOnly" in cache):
+        raise SpecError(f"{where}: claimName and readOnly are for type sharedPVC")
+    if kind != "pvcPerReplica" and any(
+        k in cache for k in ("size", "storageClassName", "accessModes")
+    ):
+        raise SpecError(
+            f"{where}: size, storageClassName and accessModes are for type pvcPerReplica"
+        )
+    if kind == "pvcPerReplica" and "size" not in cache:
+        raise SpecError(f"{where}: type pvcPerReplica needs size")
+    if kind != "emptyDir" and "sizeLimit" in cache:
+        raise SpecError(f"{where}: sizeLimit is for type emptyDir")
+    if kind == "pvcPerReplica" and not (
+        rollout["strategy"] == "RollingUpdate" and _is_zero(rollout["maxSurge"])
+    ):
+        raise SpecError(f"spec.rollout: {PER_REPLICA_ROLLOUT}")
+
+
+def _cache(model: dict[str, Any], legacy: dict[str, Any] | None) -> CacheSpec:
+    """spec.model.cache; else the deprecated spec.modelCache ({pvc: {claimName}} is a shared claim,
+    {emptyDir: {sizeLimit}} an emptyDir); else an emptyDir of DEFAULT_CACHE_SIZE."""
+    c = model.get("cache")
+    if c is not None:
+        kind = c["type"]
+        return CacheSpec(
+            type=kind,
+            size=c.get("sizeLimit" if kind == "emptyDir" else "size", DEFAULT_CACHE_SIZE)
+            if kind != "sharedPVC"
+            else None,
+            storage_class=c.get("storageClassName"),
+            access_modes=tuple(c.get("accessModes") or ("ReadWriteOnce",)),
+            claim_name=c.get("claimName"),
+            read_only=bool(c.get("readOnly", False)),
+        )
+    if legacy is not None and "pvc" in legacy:
+        return CacheSpec(
+            "sharedPVC", None, claim_name=legacy["pvc"]["claimName"], deprecated_field=True
+        )
+    if legacy is not None:
+        size = (legacy.get("emptyDir") or {}).get("sizeLimit", DEFAULT_CACHE_SIZE)
+        return CacheSpec("emptyDir", size, deprecated_field=True)
+    return CacheSpec("emptyDir")
 
 
 def _check_template(raw: dict[str, Any]) -> None:
@@ -298,6 +390,7 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         shutdown_timeout=int(rt["shutdownTimeoutSeconds"]),
         extra_args=tuple(str(a) for a in rt.get("extraArgs", ())),
         pre_stop_seconds=int(rt["preStopSeconds"]),
+        startup_timeout=int(rt["startupTimeoutSeconds"]),
     )
 
 
@@ -309,14 +402,18 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
     raw = apply_defaults(spec_schema(), copy.deepcopy(dict(body.get("spec") or {})))
     _check(raw)
     meta = body["metadata"]
-    model, gpu, cache, probes = raw["model"], raw["gpu"], raw["modelCache"], raw["probes"]
-    key_ref = raw.get("apiKeySecretRef")
+    model, gpu, probes = raw["model"], raw["gpu"], raw["probes"]
+    key_ref, hf_token = raw.get("apiKeySecretRef"), model.get("hfTokenSecret")
     pod_meta = (raw.get("template") or {}).get("metadata") or {}
     return ServiceSpec(
         name=meta["name"],
         namespace=meta.get("namespace") or "default",
         model=ModelSpec(
-            model["source"], model.get("servedName"), model.get("revision"), model.get("parameters")
+            model["source"],
+            model.get("servedName"),
+            model.get("revision"),
+            model.get("parameters"),
+            (hf_token["name"], hf_token["key"]) if hf_token else None,
         ),
         image=raw.get("image") or (settings.image if gpu["enabled"] else settings.cpu_image),
         image_pull_policy=raw["imagePullPolicy"],
@@ -328,13 +425,12 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
         node_selector=raw.get("nodeSelector") or {},
         tolerations=tuple(raw.get("tolerations") or ()),
         affinity=raw.get("affinity"),
-        cache_pvc=cache["pvc"]["claimName"] if "pvc" in cache else None,
-        cache_size=cache["emptyDir"].get("sizeLimit") if "emptyDir" in cache else None,
+        cache=_cache(model, raw.get("modelCache")),
         shm_size=raw["shmSize"],
         rollout=RolloutSpec(
             raw["rollout"]["strategy"], raw["rollout"]["maxSurge"], raw["rollout"]["maxUnavailable"]
         ),
-        startup=ProbeTiming.parse(probes["startup"]),
+        startup=startup_timing(probes["startup"], int(raw["runtime"]["startupTimeoutSeconds"])),
         readiness=ProbeTiming.parse(probes["readiness"]),
         liveness=ProbeTiming.parse(probes["liveness"]),
         service_type=raw["service"]["type"],

@@ -1,5 +1,5 @@
-"""Status from what exists: the custom resource, its Deployment and the Deployment's pods -> the
-resource's `status` (conditions Ready / Progressing / Degraded, counts, TP, endpoint, selector).
+"""Status from what exists: the custom resource, its workload (Deployment, or StatefulSet for a PVC
+per replica: their status fields are the same) and the workload's pods -> the resource's `status` (conditions Ready / Progressing / Degraded, counts, TP, endpoint, selector).
 Pure: the caller reads the objects and writes the result."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from radixserve_operator import ANNOTATION_GENERATION, ANNOTATION_GPUS, ANNOTATI
 from radixserve_operator.builders import selector_string
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
-AUTOSCALING = "Autoscaling"  # written by the reconciler; carried over here as it is
+# Written by the reconciler; carried over here as they are.
+AUTOSCALING = "Autoscaling"
+CACHE_SHARED_RWO = "CacheSharedReadWriteOnce"
 INVALID_SPEC = "InvalidSpec"
 MODEL_CONFIG_UNAVAILABLE = "ModelConfigUnavailable"
 # Verdicts the reconciler writes (not computed from the children): they stand for their
@@ -75,7 +77,8 @@ def _conditions(
                 "observedGeneration": generation,
             }
         )
-    # Conditions the reconciler owns (Autoscaling) are not this function's to decide.
+    # Conditions the reconciler owns (Autoscaling, CacheSharedReadWriteOnce) are not this
+    # function's to decide.
     ours = {READY, PROGRESSING, DEGRADED}
     return out + [c for c in (prev or {}).get("conditions") or () if c.get("type") not in ours]
 
@@ -83,7 +86,7 @@ def _conditions(
 class PodProblems(NamedTuple):
     unschedulable: list[str]  # the scheduler's messages
     broken: list[str]  # "POD: REASON: message" of containers in a bad state
-    not_ready: list[str]  # "POD: message" of running pods that are not ready
+    not_ready: list[str]  # "POD: message" of running pods that are not ready, or initialising
     terminating: bool
 
 
@@ -113,6 +116,10 @@ def pod_problems(pods: list[dict[str, Any]]) -> PodProblems:
             if c.get("type") == "Ready" and c.get("status") == "False" and st.get("phase") == "Running":
                 why = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
                 out.not_ready.append(f"{name}: running but not ready" + (f" ({why})" if why else ""))
+        for cs in st.get("initContainerStatuses") or ():
+            if (cs.get("state") or {}).get("running"):
+                what = " (downloading the model)" if cs.get("name") == "model-download" else ""
+                out.not_ready.append(f"{name}: init container {cs.get('name')} running{what}")
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_CONTAINER_STATES:

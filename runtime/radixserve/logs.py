@@ -11,8 +11,10 @@ import sys
 import time
 from contextvars import ContextVar
 
-LEVEL_ENV = "RADIXSERVE_LOG_LEVEL"
-FORMAT_ENV = "RADIXSERVE_LOG_FORMAT"
+from radixserve import settings
+
+LEVEL_ENV = settings.LOG_LEVEL.name
+FORMAT_ENV = settings.LOG_FORMAT.name
 FORMATS = ("plain", "json")
 
 # The id of the HTTP request being served in this context (set by the access-log middleware).
@@ -76,17 +78,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_format() -> str:
-    fmt = os.environ.get(FORMAT_ENV, "plain").lower()
-    if fmt not in FORMATS:
-        raise ValueError(f"{FORMAT_ENV} must be one of {'|'.join(FORMATS)}, got {fmt!r}")
-    return fmt
+    return settings.LOG_FORMAT.get()
 
 
 def log_level(default: str = "INFO") -> str:
-    level = (os.environ.get(LEVEL_ENV) or default).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise ValueError(f"{LEVEL_ENV} must be DEBUG|INFO|WARNING|ERROR, got {level!r}")
-    return level
+    return settings.LOG_LEVEL.get() or default.upper()
 
 
 def setup_logging(process: str, default_level: str = "INFO") -> None:

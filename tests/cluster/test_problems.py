@@ -103,9 +103,13 @@ def test_air_gapped_model_deploys_with_tp_and_says_why_without(stack: Stack, nam
     apply(stack, namespace, rsvc("offline-tp", gpu_spec(2)))
     obj = wait_ready(stack, namespace, "offline-tp", 1)
     assert obj["status"]["tensorParallelSize"] == 2 and obj["status"]["gpusPerReplica"] == 2
-    reasons = stack.kubectl("get", "events", "-n", namespace, "--field-selector",
+
+    def reasons() -> list[str] | None:  # kopf posts events asynchronously: Ready may come first
+        out = stack.kubectl("get", "events", "-n", namespace, "--field-selector",
                             "involvedObject.name=offline-tp", "-o", "jsonpath={.items[*].reason}")  # fmt: skip
-    assert "TPUnchecked" in reasons.split()
+        return out.split() if "TPUnchecked" in out.split() else None
+
+    wait_for("the TPUnchecked event", reasons, 30, 0.5)
 
     auto = gpu_spec(1, parallelism={"tensor": "auto"}, gpu={"memoryGiB": 80})
     apply(stack, namespace, rsvc("offline-auto", auto))

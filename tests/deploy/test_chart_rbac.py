@@ -15,7 +15,11 @@ WORKLOAD_ACCESS = {
     ("radixserve.dev", "inferenceservices"): {"get", "list", "watch", "patch"},
     ("radixserve.dev", "inferenceservices/status"): {"patch"},
     ("radixserve.dev", "inferenceservices/finalizers"): {"update"},  # blockOwnerDeletion
-    ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
+    # the workload: a Deployment, or a StatefulSet for a PVC per replica; the one the cache mode
+    # no longer uses is deleted (and a StatefulSet whose claim template changed, pods kept)
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get"},  # a shared cache claim's access modes
     ("", "services"): {"get", "list", "watch", "create", "patch"},  # watched: a deleted one returns
     ("", "pods"): {"list", "watch"},
     ("", "events"): {"create"},
@@ -26,6 +30,8 @@ WORKLOAD_ACCESS = {
 }
 # The only objects the operator ever deletes (its own, when the spec no longer asks for them).
 DELETABLE = {
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
     ("policy", "poddisruptionbudgets"),
     ("autoscaling", "horizontalpodautoscalers"),
     ("keda.sh", "scaledobjects"),

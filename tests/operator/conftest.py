@@ -129,6 +129,7 @@ class FakeCluster:
         self.gpu_nodes: int | None = 2
         self.node_lists = 0  # how often the handlers listed nodes
         self.deleted: list[tuple[str, str, str]] = []
+        self.orphaned: list[tuple[str, str, str]] = []  # deleted leaving their dependents
         # API versions the cluster does not serve (a CRD not installed): apply raises
         self.missing_apis: set[str] = {"keda.sh/v1alpha1"}
 
@@ -155,9 +156,13 @@ class FakeCluster:
         obj = self.objects.get((kind, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+    def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, orphan: bool = False
+    ) -> None:
         if self.objects.pop((kind, namespace, name), None) is not None:
             self.deleted.append((kind, namespace, name))
+            if orphan:
+                self.orphaned.append((kind, namespace, name))
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         return [

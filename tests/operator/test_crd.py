@@ -17,7 +17,13 @@ import jsonschema
 import pytest
 import yaml
 
-from radixserve_operator.crd import _NO_TEMPLATE_GPU, crd, openapi_schema, to_yaml
+from radixserve_operator.crd import (
+    _NO_TEMPLATE_GPU,
+    _PER_REPLICA_ROLLOUT,
+    crd,
+    openapi_schema,
+    to_yaml,
+)
 from radixserve_operator.spec import SpecError, apply_defaults, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,6 +193,27 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
         in ((s.get("template") or {}).get("spec") or {}).get("container", {}).get("resources", {}).get(part, {})
         for part in ("limits", "requests")
     ),
+    _PER_REPLICA_ROLLOUT: lambda s: (
+        "cache" not in s["model"]
+        or s["model"]["cache"]["type"] != "pvcPerReplica"
+        or (s["rollout"]["strategy"] == "RollingUpdate" and _z(s["rollout"]["maxSurge"]))
+    ),
+    "self.type != 'sharedPVC' || has(self.claimName)": lambda s: (
+        s["type"] != "sharedPVC" or "claimName" in s
+    ),
+    "self.type == 'sharedPVC' || (!has(self.claimName) && !has(self.readOnly))": lambda s: (
+        s["type"] == "sharedPVC" or ("claimName" not in s and "readOnly" not in s)
+    ),
+    "self.type == 'pvcPerReplica' || (!has(self.size) && !has(self.storageClassName) && !has(self.accessModes))": lambda s: (
+        s["type"] == "pvcPerReplica"
+        or ("size" not in s and "storageClassName" not in s and "accessModes" not in s)
+    ),
+    "self.type != 'pvcPerReplica' || has(self.size)": lambda s: (
+        s["type"] != "pvcPerReplica" or "size" in s
+    ),
+    "self.type == 'emptyDir' || !has(self.sizeLimit)": lambda s: (
+        s["type"] == "emptyDir" or "sizeLimit" not in s
+    ),
     "self.minReplicas <= self.maxReplicas": lambda s: s["minReplicas"] <= s["maxReplicas"],
     "self.minReplicas > 0 || self.engine == 'keda'": lambda s: (
         s["minReplicas"] > 0 or s["engine"] == "keda"
@@ -252,3 +279,8 @@ def test_docs_describe_every_spec_field() -> None:
         ):  # fmt: skip
             for sub in node["properties"]:
                 assert f"`{key}.{sub}`" in doc, f"{key}.{sub}"
+    cache = spec["model"]["properties"]["cache"]["properties"]
+    for sub in cache:
+        assert f"`{sub}`" in doc, f"model.cache.{sub}"
+    for kind in cache["type"]["enum"]:
+        assert f"`{kind}`" in doc, kind

@@ -1,8 +1,9 @@
 {{/*
 Rules for the namespaced objects the operator reconciles (docs/operator.md, "API access"): granted
 cluster-wide (ClusterRole) in cluster scope, or per watched namespace (Role) in namespaced scope.
-The Deployment and Service go with their owner through garbage collection; the optional
-children (PodDisruptionBudget, HorizontalPodAutoscaler, KEDA ScaledObject) are deleted by the
+The workload and Service go with their owner through garbage collection; the optional children
+(PodDisruptionBudget, HorizontalPodAutoscaler, KEDA ScaledObject, and the workload kind the cache
+mode no longer uses: a Deployment, or a StatefulSet for a PVC per replica) are deleted by the
 operator when the spec stops asking for them (get: it checks the owner reference first).
 */}}
 {{- define "radixserve.workloadRules" -}}
@@ -17,16 +18,21 @@ operator when the spec stops asking for them (get: it checks the owner reference
 - apiGroups: ["radixserve.dev"]
   resources: ["inferenceservices/finalizers"]
   verbs: ["update"]
-# Server-side apply: patch, and create when the object does not exist yet.
+# Server-side apply: patch, and create when the object does not exist yet. A StatefulSet when
+# model.cache is pvcPerReplica (deleted, its pods kept, when its claim template must change).
 - apiGroups: ["apps"]
-  resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  resources: ["deployments", "statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# The access modes of a shared model-cache claim (condition CacheSharedReadWriteOnce).
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -11,6 +11,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from radixserve import settings
+
 IMPLS = ("nccl", "one_shot", "two_shot", "auto")
 
 
@@ -107,7 +109,7 @@ def _make_fast(bench: AllReduceBench, rank: int, device, init_method: str):
     from radixserve.distributed.symm_allreduce import SymmAllReduce
 
     need = max(bench.batch_sizes) * bench.hidden * 2
-    engine = policy_from_env() if os.environ.get("RADIXSERVE_ALLREDUCE") else AllReducePolicy()
+    engine = policy_from_env() if settings.ALLREDUCE.is_set() else AllReducePolicy()
     policy = AllReducePolicy("auto", engine.one_shot_max_bytes, engine.two_shot_max_bytes,
                              max(need, engine.buffer_bytes))
     try:

@@ -3,8 +3,9 @@ a config-only directory so the engine and transformers can both build them with 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from radixserve import settings
 
 _QWEN3_COMMON = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
@@ -26,8 +27,7 @@ def preset_dir(name: str) -> Path:
     """A directory holding only `config.json` for the preset (weights come from --dummy-weights)."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    root = Path(os.environ.get("RADIXSERVE_CACHE_DIR", Path.home() / ".cache" / "radixserve"))
-    path = root / "presets" / name
+    path = settings.CACHE_DIR.get() / "presets" / name
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(PRESETS[name], indent=2))
     return path

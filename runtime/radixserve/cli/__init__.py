@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 
+from radixserve import settings
 from radixserve.cli.preflight import UsageError
 from radixserve.logs import FORMAT_ENV, FORMATS, setup_logging
 
@@ -18,11 +19,13 @@ SUBCOMMANDS = {
     "shell": "radixserve.cli.shell",
     "generate": "radixserve.cli.generate",
     "bench": "radixserve.cli.bench",
+    "download": "radixserve.cli.download",
 }
 USAGE_EXIT = 2
 _PROCESS_NAMES = {"serve": "server"}  # the name in each log line of the parent process
-# the server announces its phases; the interactive commands stay quiet unless asked (env)
-_DEFAULT_LEVELS = {"serve": "INFO"}
+# the server (and a download, in an init container's log) announces its phases; the interactive
+# commands stay quiet unless asked (env)
+_DEFAULT_LEVELS = {"serve": "INFO", "download": "INFO"}
 
 
 def _add_common(p: argparse.ArgumentParser, default: object) -> None:
@@ -49,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    debug = bool(args.debug) or os.environ.get("RADIXSERVE_DEBUG", "") not in ("", "0")
+    debug = bool(args.debug) or settings.DEBUG.get()
     try:
         if args.log_format:
             os.environ[FORMAT_ENV] = args.log_format  # spawned children inherit it

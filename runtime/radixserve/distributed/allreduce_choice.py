@@ -9,12 +9,13 @@ messages (prefill) and is the only choice on CPU (gloo). The byte limits are fro
 `radixserve bench allreduce` on two H200s (docs/benchmarks.md, issue 15)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-ENV = "RADIXSERVE_ALLREDUCE"
+from radixserve import settings
+
+ENV = settings.ALLREDUCE.name
 MODES = ("auto", "nccl", "one_shot", "two_shot")
 NCCL, ONE_SHOT, TWO_SHOT = "nccl", "one_shot", "two_shot"
 # dtypes PyTorch's one-/two-shot kernels dispatch on (AT_DISPATCH_FLOAT_AND_BFLOAT16)
@@ -64,4 +65,4 @@ def is_aligned(x: torch.Tensor) -> bool:
 def policy_from_env() -> AllReducePolicy:
     """`RADIXSERVE_ALLREDUCE` = auto (default) | nccl | one_shot | two_shot. auto became the
     default once the NCCL tier passed with it on two H200s (docs/benchmarks.md, issue 15)."""
-    return AllReducePolicy(mode=os.environ.get(ENV, "auto").strip().lower() or "auto")
+    return AllReducePolicy(mode=settings.ALLREDUCE.get())

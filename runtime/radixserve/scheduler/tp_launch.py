@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from radixserve import settings
 from radixserve.config import EngineConfig, SchedulerConfig
 
 logger = logging.getLogger(__name__)
@@ -81,9 +82,9 @@ def follower_main(rank: int, eng: EngineConfig, sched: SchedulerConfig, init_met
     log = logging.getLogger(__name__)
     _exit_when_orphaned(rank, os.getppid())
     try:
-        time.sleep(float(os.environ.get("RADIXSERVE_TP_FOLLOWER_DELAY_S", "0")))  # tests: late
-        if os.environ.get("RADIXSERVE_TP_FOLLOWER_FAIL"):  # tests: a rank whose start fails
-            raise RuntimeError(os.environ["RADIXSERVE_TP_FOLLOWER_FAIL"])
+        time.sleep(settings.TP_FOLLOWER_DELAY_S.get())  # tests: a late rank
+        if settings.TP_FOLLOWER_FAIL.is_set():  # tests: a rank whose start fails
+            raise RuntimeError(settings.TP_FOLLOWER_FAIL.get())
         pipe.send_bytes(JOINING)
         sched_r = Scheduler(join_rank(rank, eng, init_method), sched)
     except BaseException as e:

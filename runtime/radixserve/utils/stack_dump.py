@@ -7,20 +7,16 @@ import faulthandler
 import os
 import sys
 
-ENV = "RADIXSERVE_STACK_DUMP_S"
+from radixserve import settings
+
+ENV = settings.STACK_DUMP_S.name
 
 
 def enable_stack_dumps(label: str) -> None:
     """Start the periodic dump if `RADIXSERVE_STACK_DUMP_S` is set (one timer per process)."""
-    value = os.environ.get(ENV, "")
-    if not value:
+    secs = settings.STACK_DUMP_S.get()
+    if secs is None:
         return
-    try:
-        secs = float(value)
-    except ValueError:
-        raise ValueError(f"{ENV} must be a number of seconds, got {value!r}") from None
-    if secs <= 0:
-        raise ValueError(f"{ENV} must be positive, got {value!r}")
     print(f"[{label}] pid {os.getpid()}: Python stacks every {secs:g} s ({ENV})",
           file=sys.stderr, flush=True)
     faulthandler.dump_traceback_later(secs, repeat=True, file=sys.stderr)
