@@ -108,6 +108,15 @@ class LLM:
                 if out.finished:
                     reasons[out.uid] = out.finish_reason or "stop"
                     bar.update()
+            if failures := sched.take_failures():  # a grammar that did not compile
+                for u in uids:
+                    sched.abort(u)
+                while sched.has_work:
+                    sched.step()
+                bar.close()
+                f = failures[0]
+                raise (ValueError if f.status < 500 else RuntimeError)(
+                    f"prompt {uids.index(f.uid)}: {f.message}")
         bar.close()
         results = []
         for uid, toks, sp in zip(uids, ids, plist):

@@ -1,9 +1,11 @@
 """Per-request sampling parameters, validated at the edge so bad values never reach the scheduler."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 MAX_TOKEN_ID = 2**31 - 1  # also the largest max_tokens / top_k: every count fits in int32
+GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # at most one constrains a request's output
 
 
 @dataclass
@@ -21,6 +23,11 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob plus top-k
+    # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
+    # when the grammar is complete, even with ignore_eos
+    json_schema: str | None = None  # a JSON Schema as JSON text; '{"type": "object"}': any object
+    regex: str | None = None
+    ebnf: str | None = None  # GBNF/EBNF as xgrammar reads it, root rule `root`
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -63,10 +70,32 @@ class SamplingParams:
             integer(t) and 0 <= t <= MAX_TOKEN_ID for t in self.stop_token_ids
         ):
             raise bad("stop_token_ids", f"must be a list of integers in [0, {MAX_TOKEN_ID}]")
+        given = [name for name in GRAMMAR_FIELDS if getattr(self, name) is not None]
+        for name in given:
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise bad(name, "must be a non-empty string")
+        if len(given) > 1:
+            raise bad(given[1], f"cannot be combined with {given[0]}: give at most one of "
+                                f"{', '.join(GRAMMAR_FIELDS)}")
+        if self.json_schema is not None:
+            try:
+                json.loads(self.json_schema)
+            except ValueError as e:
+                raise bad("json_schema", f"must be valid JSON ({e})") from None
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def grammar(self) -> tuple[str, str] | None:
+        """(field name, text) of the grammar that constrains the output, or None."""
+        return next(((n, getattr(self, n)) for n in GRAMMAR_FIELDS if getattr(self, n) is not None),
+                    None)
+
+    @property
+    def constrained(self) -> bool:
+        return self.grammar is not None
 
     @property
     def has_penalties(self) -> bool:

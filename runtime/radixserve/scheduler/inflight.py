@@ -5,8 +5,22 @@ from typing import NamedTuple
 
 import torch
 
+from radixserve.engine.batch import Batch
 from radixserve.engine.sampler import SampleResult
 from radixserve.scheduler.req import Req
+
+
+class ForwardPass(NamedTuple):
+    """A batch whose forward is launched, not yet sampled."""
+
+    items: list[tuple[Req, int]]
+    emits: list[int]  # indices of items that finished their prompt: they sample a token
+    batch: Batch
+    logits: torch.Tensor  # [bs, vocab], one row per item
+
+    @property
+    def constrained(self) -> bool:
+        return any(self.items[i][0].grammar is not None for i in self.emits)
 
 
 class InFlight(NamedTuple):

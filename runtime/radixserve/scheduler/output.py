@@ -12,3 +12,13 @@ class TokenOutput(NamedTuple):
     finish_reason: str | None  # "stop" (EOS / stop token), "length" (max_tokens), "abort"
     logprob: float | None = None  # log-probability of token_id, when the request asked for logprobs
     top_logprobs: list[tuple[int, float]] | None = None  # (token id, logprob), best first
+
+
+class RequestFailure(NamedTuple):
+    """A request the scheduler dropped after accepting it, before its first token (its grammar did
+    not compile): the server answers it with this HTTP status, `LLM.generate` raises."""
+
+    uid: int
+    message: str  # starts with `param`, as SamplingParams' own errors do
+    param: str | None  # the SamplingParams field at fault
+    status: int = 400

@@ -139,6 +139,9 @@ class SchedulerLoop:
                 self._remember_finished(out.uid)
         if outputs:
             send(self.to_detok, TokenBatch(outputs))
+        for f in self.scheduler.take_failures():  # e.g. a grammar that did not compile: a 400
+            if f.uid in self.active:
+                self._fail(f.uid, f.message, f.param, None, f.status)
 
     def _maybe_stats(self, busy: bool) -> None:
         now = time.monotonic()

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from radixserve.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from radixserve.constrained.matcher import GrammarState
 
 
 @dataclass(eq=False)
@@ -21,6 +24,7 @@ class Req:
     kv_len: int = 0  # tokens whose KV has been computed
     output_ids: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None  # per-request RNG when a seed is given
+    grammar: GrammarState | None = None  # a constrained request's matcher, once compiled
     aborted: bool = False
     finished: bool = False
 

@@ -6,34 +6,42 @@ Overlap scheduling (default; off with RADIXSERVE_DISABLE_OVERLAP=1): `step()` sc
 launches batch N+1 before it reads batch N's tokens, so the host's work hides behind the device's.
 Requests that finish in batch N ride along in N+1 (their extra token is discarded) and their KV and
 row are released only once N+1 has completed, since N+1 still writes them.
+
+Grammar-constrained requests (`constrained/manager.py`) wait outside the queue until their grammar
+is compiled. The mask of batch N+1 needs batch N's tokens, so when N+1 has constrained rows the
+step reads batch N right after launching N+1's forward, advances the matchers, and fills N+1's
+mask on the host while the device computes N+1; batches without constrained rows keep the full
+overlap.
 """
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from pathlib import Path
 
 import torch
 
+from radixserve import settings
 from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.constrained.manager import GrammarManager
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
-from radixserve.scheduler.inflight import InFlight, copy_to_host
-from radixserve.scheduler.output import TokenOutput
+from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
+from radixserve.scheduler.output import RequestFailure, TokenOutput
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.req import Req
 from radixserve.utils.tensor import to_device
 
 logger = logging.getLogger(__name__)
+_IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long for one per step
 
 
 def overlap_enabled() -> bool:
-    return os.environ.get("RADIXSERVE_DISABLE_OVERLAP", "0") in ("", "0", "false")
+    return not settings.DISABLE_OVERLAP.get()
 
 
 class Scheduler:
@@ -48,11 +56,14 @@ class Scheduler:
         self.eos_ids: set[int] = eos_token_ids(self.engine.model_path)
         self.vocab_size = int(self.engine.hf_config.vocab_size)
         self.overlap = overlap_enabled() if overlap is None else overlap
+        self.grammars = GrammarManager(self.model_path, self.vocab_size, self.eos_ids)
+        self.auto_admit_grammars = True  # False under TP: the leader's ready list is broadcast
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.reqs: dict[int, Req] = {}
         self._inflight: InFlight | None = None
         self._deferred: list[Req] = []  # finished, but the in-flight batch still writes their KV
+        self._failures: list[RequestFailure] = []
         self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
 
@@ -70,7 +81,8 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._inflight or self._deferred)
+        return bool(self.waiting or self.running or self._inflight or self._deferred
+                    or len(self.grammars))
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
         if uid in self.reqs:
@@ -96,7 +108,10 @@ class Scheduler:
         if params.seed is not None:
             req.generator = self.sampler.new_request_generator(params.seed)
         self.reqs[uid] = req
-        self.waiting.append(req)
+        if params.constrained:
+            self.grammars.submit(req)  # queued by admit_grammars once compiled
+        else:
+            self.waiting.append(req)
 
     def abort(self, uid: int) -> None:
         """Safe in any state: the request is dropped at once and gets no further output."""
@@ -105,21 +120,60 @@ class Scheduler:
             return
         req.aborted = True
         if req.row < 0:
-            self.waiting.remove(req)
+            if not self.grammars.discard(uid):
+                self.waiting.remove(req)
             self.aborted_waiting += 1
         else:
             self._retire(req)
 
+    def ready_grammars(self) -> list[int]:
+        """Requests whose grammar compilation has ended, for `admit_grammars`."""
+        idle = not (self.waiting or self.running or self._inflight or self._deferred)
+        return self.grammars.ready(_IDLE_GRAMMAR_WAIT_S if idle else 0.0)
+
+    def admit_grammars(self, uids: list[int]) -> list[int]:
+        """Queue those of `uids` whose grammar compiled; fail the others (`take_failures`) and
+        return their uids. At TP > 1 rank 0 decides (`scheduler/tp.py`)."""
+        if not uids:
+            return []
+        ready, failed = self.grammars.admit(uids)
+        self.waiting.extend(ready)
+        for f in failed:
+            del self.reqs[f.uid]
+        self._failures += failed
+        return [f.uid for f in failed]
+
+    def drop_grammars(self, uids: list[int]) -> None:
+        """A TP follower: forget the requests whose grammar failed on rank 0 (it reports them)."""
+        for uid in uids:
+            self.grammars.discard(uid)
+            del self.reqs[uid]
+
+    def take_failures(self) -> list[RequestFailure]:
+        """Requests dropped since the last call, before their first token: each gets an error
+        (the server's HTTP status, `LLM.generate`'s ValueError) instead of tokens."""
+        out, self._failures = self._failures, []
+        return out
+
     def step(self) -> list[TokenOutput]:
         """Launch the next batch (prefill when any prompt work fits, else decode) and return the
         tokens of the batch before it (overlap) or of this one (no overlap)."""
+        if self.auto_admit_grammars:
+            self.admit_grammars(self.ready_grammars())
         sync = not self.overlap or any(r.params.has_penalties for r in self.running)
         outputs: list[TokenOutput] = []
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
             self._inflight = None
-        launched = self._launch_next()
-        if self._inflight is not None:
+        fwd = self._forward_next()
+        # a grammar mask needs the in-flight batch's tokens: read them now, while the device runs
+        # fwd. NOTE: that batch stays `_inflight` until replaced, so the requests it finishes are
+        # released only after fwd, which still writes their KV
+        read = fwd is not None and fwd.constrained and self._inflight is not None
+        if read:
+            outputs += self._process(self._inflight)
+        launched = self._sample(fwd) if fwd is not None else None
+        if self._inflight is not None and not read:
             outputs += self._process(self._inflight)
         self._inflight = launched
         if sync and launched is not None:
@@ -130,7 +184,8 @@ class Scheduler:
         return outputs
 
     @torch.inference_mode()
-    def _launch_next(self) -> InFlight | None:
+    def _forward_next(self) -> ForwardPass | None:
+        """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
         items = self.adder.schedule(self.running, self.waiting, self.cfg.max_prefill_length)
         decode = not items
         if decode:
@@ -143,7 +198,15 @@ class Scheduler:
         for req, n in items:
             req.kv_len += n
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
-        logits = self.engine.forward(batch)
+        return ForwardPass(items, emits, batch, self.engine.forward(batch))
+
+    @torch.inference_mode()
+    def _sample(self, fwd: ForwardPass) -> InFlight:
+        items, emits, batch, logits = fwd
+        masked = [(i, r.grammar) for i in emits
+                  if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
+        if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
+            self.grammars.mask(logits, masked)
         res = self.sampler.sample(logits, [r for r, _ in items])
         if emits:  # the sampled token is the next step's input: it stays on the device
             cap = self.table.max_seq_len - 1  # a request that rides along past its end (overlap)
@@ -168,6 +231,9 @@ class Scheduler:
                 continue  # rode along after finishing (overlap): its token is discarded
             tok = tokens[i]
             req.output_ids.append(tok)
+            if req.grammar is not None and not req.grammar.accept(tok):
+                self._fail_grammar(req, tok)  # the mask forbids it: a bug, this request's alone
+                continue
             reason = self._finish_reason(req, tok)
             lp = top = None
             if req.params.logprobs is not None and res.chosen_logprob is not None:
@@ -181,8 +247,19 @@ class Scheduler:
                 self._retire(req)
         return outputs
 
+    def _fail_grammar(self, req: Req, tok: int) -> None:
+        param = req.grammar.param
+        logger.error("grammar: request %d sampled token %d, which its %s forbids", req.uid, tok, param)
+        self._failures.append(RequestFailure(
+            req.uid, f"{param}: internal error: a sampled token broke the grammar", param, 500))
+        req.finished = True
+        del self.reqs[req.uid]
+        self._retire(req)
+
     def _finish_reason(self, req: Req, tok: int) -> str | None:
         p = req.params
+        if req.grammar is not None and req.grammar.terminated:
+            return "stop"  # the grammar is complete and the model's EOS accepted
         if (tok in self.eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
             return "stop"
         if len(req.output_ids) >= p.max_tokens:
@@ -213,7 +290,7 @@ class Scheduler:
         size = self.cache.size_info
         return {
             "running": len(self.running),
-            "waiting": len(self.waiting),
+            "waiting": len(self.waiting) + len(self.grammars),
             "kv_pages_used": self.cache.num_used_pages,
             "kv_pages_total": self.cache.num_pages,
             "prefix_hit_tokens": self.adder.prefix_hit_tokens,

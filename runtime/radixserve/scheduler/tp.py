@@ -2,7 +2,9 @@
 Rank 0 takes requests; before each step it broadcasts the commands it accepted since the last one
 (msgpack over the gloo control group: a collective, so nothing is dropped however late a rank
 joins), and every rank applies them and steps in lockstep. Logits are all-gathered, so every rank
-samples the same tokens; only rank 0 reports them."""
+samples the same tokens; only rank 0 reports them. Which grammar-constrained requests are ready to
+queue is rank 0's decision too (`grammar` command): each rank compiles on its own threads, so
+"compiled yet?" would differ between ranks."""
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +35,11 @@ def _apply(sched: Scheduler, cmds: list[list]) -> bool:
             sched.add_request(cmd[1], cmd[2], SamplingParams(**cmd[3]))
         elif cmd[0] == "abort":
             sched.abort(cmd[1])
+        elif cmd[0] == "grammar":  # ["grammar", compiled on rank 0, failed on rank 0]
+            sched.drop_grammars(cmd[2])
+            if failed := sched.admit_grammars(cmd[1]):  # waits for this rank's compilations
+                raise RuntimeError(f"the grammars of requests {failed} compiled on rank 0 but "
+                                   f"not on this rank (see its log)")
         elif cmd[0] == "exit":
             return False
     return True
@@ -66,6 +73,7 @@ class TPLeader:
     def __init__(self, sched: Scheduler, ranks: RankProcesses | None = None,
                  init_method: str | None = None) -> None:
         self.sched, self.ranks, self.init_method = sched, ranks, init_method
+        sched.auto_admit_grammars = False  # step() admits, and broadcasts what it did
         self._pending: list[list] = []
         self._closed = False
 
@@ -94,6 +102,9 @@ class TPLeader:
         if (dead := self.dead_follower()) is not None:
             raise RuntimeError(dead)
         try:
+            if ready := self.sched.ready_grammars():
+                failed = self.sched.admit_grammars(ready)
+                self._pending.append(["grammar", [u for u in ready if u not in failed], failed])
             get_comm().broadcast_bytes(_encode(self._pending))
             self._pending = []
             return self.sched.step()
@@ -134,6 +145,7 @@ class TPLeader:
 def follower_loop(sched: Scheduler) -> None:
     """Ranks 1..N-1: wait for the leader's commands, apply, step; until told to exit. A failed
     exchange with the leader raises `LeaderLost`."""
+    sched.auto_admit_grammars = False  # the leader's `grammar` commands admit
     while True:
         try:
             cmds = msgpack.unpackb(get_comm().broadcast_bytes(None))
@@ -142,4 +154,5 @@ def follower_loop(sched: Scheduler) -> None:
         if not _apply(sched, cmds):
             break
         sched.step()
+        sched.take_failures()  # rank 0 reports them
     logger.info("TP follower exiting")

@@ -1,0 +1,1 @@
+"""Grammar-constrained decoding with xgrammar: compilation, per-request matchers, logit masks."""
