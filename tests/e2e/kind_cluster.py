@@ -101,12 +101,35 @@ class KindCluster:
             check=False,
         )
 
-    def load_image(self, image: str) -> None:
-        run(["kind", "load", "docker-image", image, "--name", self.name], timeout=900)
+    def load_image(self, image: str, workdir: Path) -> None:
+        archive = workdir / (image.rsplit("/", 1)[-1].replace(":", "_") + ".tar")
+        try:
+            for cmd in load_commands(image, self.name, archive):
+                run(cmd, timeout=900)
+        finally:
+            archive.unlink(missing_ok=True)
+
+
+def build_command(repo: Path, target: str, tag: str) -> list[str]:
+    """NOTE: --provenance=false: BuildKit attaches a provenance attestation by default, and with
+    Docker >= 29 (the containerd image store) the image is then an index holding an attestation
+    manifest, which the kind node's `ctr images import --all-platforms` cannot load."""
+    return ["docker", "build", "--provenance=false", "--target", target, "--tag", tag, str(repo)]
+
+
+def load_commands(image: str, cluster: str, archive: Path) -> list[list[str]]:
+    """`docker save` to a file, then `kind load image-archive` (kind's maintainers' advice for
+    Docker's containerd image store, kind#3795): the node imports exactly the archive saved, which
+    for an image of build_command is one platform's manifest and nothing else. `kind load
+    docker-image` pipes its own `docker save` of whatever the store holds under the tag."""
+    return [
+        ["docker", "save", "--output", str(archive), image],
+        ["kind", "load", "image-archive", str(archive), "--name", cluster],
+    ]
 
 
 def build_image(repo: Path, target: str, tag: str) -> None:
-    run(["docker", "build", "--target", target, "--tag", tag, str(repo)], timeout=3600)
+    run(build_command(repo, target, tag), timeout=3600)
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
