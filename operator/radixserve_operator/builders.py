@@ -107,6 +107,7 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
     optional = [
         ("--served-model-name", spec.model.served_name),
         ("--dtype", rt.dtype),
+        ("--kv-cache-dtype", rt.kv_cache_dtype),
         ("--page-size", rt.page_size),
         ("--max-running-requests", rt.max_running_requests),
         ("--max-prefill-length", rt.max_prefill_length),

@@ -249,6 +249,11 @@ def _runtime() -> dict[str, Any]:
     return _obj(
         {
             "dtype": _str(enum=["auto", "bfloat16", "float16", "float32"]),
+            "kvCacheDtype": _str(
+                enum=["auto", "bfloat16", "float16", "fp8_e4m3"],
+                description="KV-cache storage (--kv-cache-dtype); fp8_e4m3 holds twice the "
+                "tokens (GPUs of compute capability 8.9 or newer). auto: the model dtype.",
+            ),
             "pageSize": _int(enum=PAGE_SIZES),
             "maxRunningRequests": _int(1),
             "maxPrefillLength": _int(1),

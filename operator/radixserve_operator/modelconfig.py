@@ -18,7 +18,7 @@ from typing import Any
 
 from radixserve_operator.spec import ModelSpec
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}  # fp8: KV cache only
 
 
 class ModelConfigNotFound(ValueError):

@@ -28,19 +28,23 @@ def heads_problem(shape: ModelShape, tp: int) -> str | None:
     return None
 
 
-def per_gpu_bytes(shape: ModelShape, tp: int, dtype: str | None, min_kv_tokens: int) -> int:
-    return -(-shape.weight_bytes(dtype) // tp) + shape.kv_bytes_per_token(tp, dtype) * min_kv_tokens
+def per_gpu_bytes(shape: ModelShape, tp: int, dtype: str | None, min_kv_tokens: int,
+                  kv_dtype: str | None = None) -> int:
+    """Weights in `dtype`, KV in `kv_dtype` (default: the weights' dtype)."""
+    kv = shape.kv_bytes_per_token(tp, kv_dtype or dtype) * min_kv_tokens
+    return -(-shape.weight_bytes(dtype) // tp) + kv
 
 
 def memory_problem(
-    shape: ModelShape, tp: int, budget_bytes: float, dtype: str | None, min_kv_tokens: int
+    shape: ModelShape, tp: int, budget_bytes: float, dtype: str | None, min_kv_tokens: int,
+    kv_dtype: str | None = None,
 ) -> str | None:
-    need = per_gpu_bytes(shape, tp, dtype, min_kv_tokens)
+    need = per_gpu_bytes(shape, tp, dtype, min_kv_tokens, kv_dtype)
     if need <= budget_bytes:
         return None
     return (
         f"TP {tp}: {shape.weight_bytes(dtype) / tp / GiB:.1f} GiB of weights plus "
-        f"{shape.kv_bytes_per_token(tp, dtype) * min_kv_tokens / GiB:.1f} GiB of KV cache "
+        f"{shape.kv_bytes_per_token(tp, kv_dtype or dtype) * min_kv_tokens / GiB:.1f} GiB of KV cache "
         f"({min_kv_tokens} tokens) per GPU exceed the {budget_bytes / GiB:.1f} GiB budget "
         f"(memoryRatio x memoryGiB)"
     )
@@ -48,6 +52,11 @@ def memory_problem(
 
 def _dtype(spec: ServiceSpec) -> str | None:
     d = spec.runtime.dtype
+    return None if d in (None, "auto") else d
+
+
+def _kv_dtype(spec: ServiceSpec) -> str | None:
+    d = spec.runtime.kv_cache_dtype
     return None if d in (None, "auto") else d
 
 
@@ -76,7 +85,8 @@ def resolve_tp(spec: ServiceSpec, shape: ModelShape | None) -> int:
     for tp in sizes:
         problem = heads_problem(shape, tp)
         if problem is None and budget is not None:
-            problem = memory_problem(shape, tp, budget, _dtype(spec), _min_kv_tokens(spec))
+            problem = memory_problem(shape, tp, budget, _dtype(spec), _min_kv_tokens(spec),
+                                         _kv_dtype(spec))
         if problem is None:
             return tp
         problems.append(problem)

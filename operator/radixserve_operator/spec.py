@@ -111,6 +111,7 @@ class RuntimeSpec:
     extra_args: tuple[str, ...]
     pre_stop_seconds: int = 0
     startup_timeout: int = 1800  # seconds from the container's start until it serves
+    kv_cache_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +392,7 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         extra_args=tuple(str(a) for a in rt.get("extraArgs", ())),
         pre_stop_seconds=int(rt["preStopSeconds"]),
         startup_timeout=int(rt["startupTimeoutSeconds"]),
+        kv_cache_dtype=rt.get("kvCacheDtype"),
     )
 
 

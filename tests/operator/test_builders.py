@@ -142,6 +142,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str], int | None]] = {
             "gpu": {"resourceName": "amd.com/gpu"},
             "runtime": {
                 "dtype": "bfloat16",
+                "kvCacheDtype": "fp8_e4m3",
                 "pageSize": 16,
                 "maxRunningRequests": 64,
                 "maxPrefillLength": 4096,
@@ -165,6 +166,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str], int | None]] = {
             *BASE_ARGS,
             "--dtype",
             "bfloat16",
+            "--kv-cache-dtype",
+            "fp8_e4m3",
             "--page-size",
             "16",
             "--max-running-requests",

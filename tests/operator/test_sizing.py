@@ -310,3 +310,21 @@ def test_an_unreachable_hub_is_not_asked_again_at_once(monkeypatch) -> None:
     with pytest.raises(ModelConfigUnavailable):
         fetch_config("org/offline")
     assert len(calls) == 2
+
+
+def test_fp8_kv_cache_halves_the_kv_share_of_sizing(make_body, fetch) -> None:
+    """Qwen3-32B on 80 GiB at memoryRatio 0.8 (64 GiB): 61.0 GiB of bf16 weights + 4.0 GiB of
+    bf16 KV (16,384 tokens) does not fit one GPU; with an FP8 cache the KV is 2.0 GiB and it does."""
+    def spec(kv: str | None):
+        rt = {"memoryRatio": 0.8} | ({"kvCacheDtype": kv} if kv else {})
+        return parse_spec(make_body({"model": {"source": "Qwen/Qwen3-32B"},
+                                     "parallelism": {"tensor": "auto"},
+                                     "gpu": {"memoryGiB": 80}, "runtime": rt}))
+    shape = resolve_shape(spec(None).model, fetch)
+    assert resolve_tp(spec(None), shape) == 2
+    assert resolve_tp(spec("bfloat16"), shape) == 2
+    assert resolve_tp(spec("fp8_e4m3"), shape) == 1
+    with pytest.raises(SizingError, match=r"61.0 GiB of weights plus 4.0 GiB of KV cache"):
+        resolve_tp(parse_spec(make_body({"model": {"source": "Qwen/Qwen3-32B"},
+                                         "parallelism": {"tensor": 1}, "gpu": {"memoryGiB": 80},
+                                         "runtime": {"memoryRatio": 0.8}})), shape)
