@@ -15,6 +15,7 @@ from radixserve_kernels.decode_attention import (
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
 from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
+from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
 from radixserve_kernels.moe import (
     fused_moe,
     fused_moe_ref,
@@ -44,6 +45,7 @@ __all__ = [
     "decode_attention",
     "decode_attention_ref",
     "decode_num_splits",
+    "dequantize_kv_ref",
     "extend_attention",
     "extend_attention_ref",
     "fused_add_rms_norm",
@@ -55,6 +57,7 @@ __all__ = [
     "page_indices_ref",
     "qk_norm_rope_",
     "qk_norm_rope_ref",
+    "quantize_kv_ref",
     "rms_norm",
     "rms_norm_ref",
     "silu_and_mul",

@@ -1,6 +1,9 @@
-"""Micro-benchmarks of the attention kernels on CUDA: `python -m radixserve_kernels.bench`.
-Prints µs per call for Triton and (if installed) FlashInfer at Qwen3-0.6B's attention shape."""
+"""Micro-benchmarks of the attention kernels on CUDA: `python -m radixserve_kernels.bench
+[--kv-dtype fp8]`. Prints µs per call for Triton and (if installed) FlashInfer at Qwen3-0.6B's
+attention shape, over a bf16 or an FP8 (e4m3) KV cache; q is bf16 either way."""
 from __future__ import annotations
+
+import argparse
 
 import torch
 
@@ -21,14 +24,14 @@ def _time_us(fn, iters: int = 50) -> float:
     return start.elapsed_time(end) * 1000 / iters
 
 
-def _layout(bs: int, ctx: int, page: int, hk: int, d: int, dtype: torch.dtype):
+def _layout(bs: int, ctx: int, page: int, hk: int, d: int, kv_dtype: torch.dtype):
     pages_per = -(-ctx // page)
     num_pages = bs * pages_per + 1
     perm = torch.randperm(num_pages - 1, device="cuda")[: bs * pages_per].view(bs, pages_per)
     table = (perm[:, :, None] * page + torch.arange(page, device="cuda")).flatten(1)[:, :ctx]
     table = table.to(torch.int32).contiguous()
-    kc = torch.randn(num_pages * page, hk, d, device="cuda", dtype=dtype)
-    vc = torch.randn_like(kc)
+    kc = torch.randn(num_pages * page, hk, d, device="cuda").to(kv_dtype)
+    vc = torch.randn(kc.shape, device="cuda").to(kv_dtype)
     rows = torch.arange(bs, device="cuda")
     seq = torch.full((bs,), ctx, dtype=torch.int32, device="cuda")
     return table, kc, vc, rows, seq
@@ -46,11 +49,12 @@ def _flashinfer_pages(table: torch.Tensor, rows: torch.Tensor, seq: torch.Tensor
     return indptr, idx, last, torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
 
 
-def bench_decode(bs: int, ctx: int, page: int, hq: int = 16, hk: int = 8, d: int = 128) -> None:
+def bench_decode(bs: int, ctx: int, page: int, kv_dtype: torch.dtype = torch.bfloat16,
+                 hq: int = 16, hk: int = 8, d: int = 128) -> None:
     dtype = torch.bfloat16
-    table, kc, vc, rows, seq = _layout(bs, ctx, page, hk, d, dtype)
+    table, kc, vc, rows, seq = _layout(bs, ctx, page, hk, d, kv_dtype)
     q = torch.randn(bs, hq, d, device="cuda", dtype=dtype)
-    bound = bs * ctx * 2 * hk * d * 2 / 4.26e12 * 1e6
+    bound = bs * ctx * 2 * hk * d * kc.element_size() / 4.26e12 * 1e6
     line = f"decode bs={bs:4d} ctx={ctx:5d} page={page:3d} bound={bound:7.1f}us"
     default = decode_num_splits(bs, hk, torch.cuda.get_device_properties(0).multi_processor_count)
     for s in sorted({1, 2, 4, 8, 16, default}):
@@ -69,15 +73,17 @@ def bench_decode(bs: int, ctx: int, page: int, hq: int = 16, hk: int = 8, d: int
     paged = (kc.view(-1, page, hk, d), vc.view(-1, page, hk, d))
     for tc in (False, True):
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc, backend="fa2")
-        w.plan(indptr, idx, last, hq, hk, d, page, q_data_type=dtype, kv_data_type=dtype)
+        w.plan(indptr, idx, last, hq, hk, d, page, q_data_type=dtype, kv_data_type=kv_dtype)
         line += f" flashinfer[tc={int(tc)}]={_time_us(lambda w=w: w.run(q, paged)):7.1f}"
     print(line, flush=True)
 
 
-def bench_extend(bs: int, new: int, prefix: int, page: int, hq: int = 16, hk: int = 8, d: int = 128) -> None:
+def bench_extend(bs: int, new: int, prefix: int, page: int,
+                 kv_dtype: torch.dtype = torch.bfloat16, hq: int = 16, hk: int = 8,
+                 d: int = 128) -> None:
     dtype = torch.bfloat16
     ctx = prefix + new
-    table, kc, vc, rows, seq = _layout(bs, ctx, page, hk, d, dtype)
+    table, kc, vc, rows, seq = _layout(bs, ctx, page, hk, d, kv_dtype)
     q = torch.randn(bs * new, hq, d, device="cuda", dtype=dtype)
     ext = torch.full((bs,), new, dtype=torch.int32, device="cuda")
     start = torch.arange(bs, dtype=torch.int32, device="cuda") * new
@@ -92,19 +98,23 @@ def bench_extend(bs: int, new: int, prefix: int, page: int, hq: int = 16, hk: in
     indptr, idx, last, ws = _flashinfer_pages(table, rows, seq, ctx, page)
     w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa2")
     w.plan(torch.arange(bs + 1, dtype=torch.int32) * new, indptr, idx, last, hq, hk, d, page,
-           causal=True, q_data_type=dtype, kv_data_type=dtype)
+           causal=True, q_data_type=dtype, kv_data_type=kv_dtype)
     paged = (kc.view(-1, page, hk, d), vc.view(-1, page, hk, d))
     us = _time_us(lambda: w.run(q, paged), 10)
     print(line + f" flashinfer={us:8.1f}us ({flops / us / 1e6:5.1f} TF/s)", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m radixserve_kernels.bench", description=__doc__)
+    p.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
+    kv_dtype = torch.float8_e4m3fn if p.parse_args(argv).kv_dtype == "fp8" else torch.bfloat16
     torch.manual_seed(0)
+    print(f"KV cache {kv_dtype}, q bf16 (the bound counts the cache's bytes at 4.26 TB/s)")
     for bs, ctx in [(1, 1024), (1, 4096), (8, 1024), (64, 1024), (256, 600), (256, 1024)]:
         for page in (1, 16) if bs == 64 else (16,):
-            bench_decode(bs, ctx, page)
+            bench_decode(bs, ctx, page, kv_dtype)
     for bs, new, prefix in [(1, 2048, 0), (8, 1024, 0), (4, 512, 1536)]:
-        bench_extend(bs, new, prefix, 16)
+        bench_extend(bs, new, prefix, 16, kv_dtype)
 
 
 if __name__ == "__main__":

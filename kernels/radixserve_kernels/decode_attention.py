@@ -13,19 +13,23 @@ import torch
 import torch.nn.functional as F
 
 from radixserve_kernels._utils import device_sms, dot_precision, next_pow2
+from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 
 def decode_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> torch.Tensor:
-    """q [B, Hq, D]; caches [S, Hkv, D]; page_table [R, L]; req_rows, seq_lens [B] -> [B, Hq, D]."""
+    """q [B, Hq, D]; caches [S, Hkv, D]; page_table [R, L]; req_rows, seq_lens [B] -> [B, Hq, D].
+    `k_scale`/`v_scale`: an FP8 cache's per-tensor scales (`kv_quant`)."""
     out = torch.empty_like(q)
     for i, (row, n) in enumerate(zip(req_rows.tolist(), seq_lens.tolist())):
         slots = page_table[row, :n].long()
-        keys, vals = k_cache[slots].transpose(0, 1), v_cache[slots].transpose(0, 1)
+        keys = dequantize_kv_ref(gather_kv(k_cache, slots), k_scale).transpose(0, 1)
+        vals = dequantize_kv_ref(gather_kv(v_cache, slots), v_scale).transpose(0, 1)
         o = F.scaled_dot_product_attention(
-            q[i, :, None].float(), keys.float(), vals.float(), scale=scale,
+            q[i, :, None].float(), keys, vals, scale=scale,
             enable_gqa=q.shape[1] != keys.shape[0],
         )
         out[i] = o[:, 0].to(q.dtype)
@@ -54,10 +58,11 @@ def decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     num_splits: int | None = None, out: torch.Tensor | None = None,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
-    graph (device tensors updated in place between replays). seq_lens must be >= 1 for real
-    requests; a 0-length row yields zeros."""
+    graph (device tensors updated in place between replays; the scales are constants).
+    seq_lens must be >= 1 for real requests; a 0-length row yields zeros."""
     from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
 
     bs, n_qh, d = q.shape
@@ -81,7 +86,7 @@ def decode_attention(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        out.stride(0), out.stride(1), scale,
+        out.stride(0), out.stride(1), scale * k_scale, v_scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype),
         num_warps=4, num_stages=stages,

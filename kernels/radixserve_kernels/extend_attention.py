@@ -6,18 +6,22 @@ import torch
 import torch.nn.functional as F
 
 from radixserve_kernels._utils import cdiv, dot_precision, next_pow2
+from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 
 def extend_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, extend_lens: torch.Tensor, scale: float,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> torch.Tensor:
-    """q [T, Hq, D] (requests' new tokens, concatenated); seq_lens / extend_lens [B] -> [T, Hq, D]."""
+    """q [T, Hq, D] (requests' new tokens, concatenated); seq_lens / extend_lens [B] -> [T, Hq, D].
+    `k_scale`/`v_scale`: an FP8 cache's per-tensor scales (`kv_quant`)."""
     out = torch.empty_like(q)
     start = 0
     for row, n, e in zip(req_rows.tolist(), seq_lens.tolist(), extend_lens.tolist()):
         slots = page_table[row, :n].long()
-        keys, vals = k_cache[slots].transpose(0, 1).float(), v_cache[slots].transpose(0, 1).float()
+        keys = dequantize_kv_ref(gather_kv(k_cache, slots), k_scale).transpose(0, 1)
+        vals = dequantize_kv_ref(gather_kv(v_cache, slots), v_scale).transpose(0, 1)
         qi = q[start:start + e].transpose(0, 1).float()  # [Hq, e, D]
         mask = torch.arange(n)[None, :] <= (n - e + torch.arange(e))[:, None]
         o = F.scaled_dot_product_attention(
@@ -33,6 +37,7 @@ def extend_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, extend_lens: torch.Tensor, scale: float,
     qo_start: torch.Tensor, max_extend: int, out: torch.Tensor | None = None,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Triton twin of `extend_attention_ref`. `qo_start [B]` is each request's first row in q
     (exclusive cumsum of extend_lens) and `max_extend` the host-side max of extend_lens, both
@@ -55,7 +60,7 @@ def extend_attention(
         q, k_cache, v_cache, out, page_table, req_rows, seq_lens, extend_lens, qo_start,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), page_table.stride(0),
-        scale,
+        scale * k_scale, v_scale,
         GROUP=n_qh // n_kh, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=64 if block_d <= 128 else 32,
         BLOCK_D=block_d, PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from radixserve_kernels._utils import next_pow2
+from radixserve_kernels.kv_quant import FP8_MAX, is_fp8
 from radixserve_kernels.rmsnorm import rms_norm_ref
 
 
@@ -52,13 +53,15 @@ def qk_norm_rope_(
     q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float,
     *, v: torch.Tensor | None = None, k_cache: torch.Tensor | None = None,
     v_cache: torch.Tensor | None = None, out_loc: torch.Tensor | None = None,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton twin of `qk_norm_rope_ref` in one launch, **in place** (q and k may be strided views
     of a fused QKV, last dim contiguous): one kernel instead of three in every decode layer.
 
     With `v`, `k_cache`, `v_cache` and `out_loc` (all or none) the same launch also does
-    `store_kv_ref(k_cache, v_cache, k_rotated, v, out_loc)`: caches `[S, Hkv, D]`, any strides
-    with a contiguous last dim, written in their own dtype."""
+    `store_kv_ref(k_cache, v_cache, k_rotated, v, out_loc, k_scale, v_scale)`: caches
+    `[S, Hkv, D]`, any strides with a contiguous last dim, written in their own dtype (an FP8
+    cache quantized with the per-tensor scales)."""
     from radixserve_kernels._jit.rotary import qk_norm_rope_kernel
 
     store = (v, k_cache, v_cache, out_loc)
@@ -82,7 +85,8 @@ def qk_norm_rope_(
             n_qh, n_kh, d // 2, eps,
             v, k_cache, v_cache, out_loc, v.stride(0), v.stride(1),
             k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-            HAS_NORM=has_norm, STORE_KV=fused_store, BLOCK_QH=next_pow2(n_qh),
+            1.0 / k_scale, 1.0 / v_scale, HAS_NORM=has_norm, STORE_KV=fused_store,
+            FP8=fused_store and is_fp8(k_cache.dtype), FP8_MAX=FP8_MAX, BLOCK_QH=next_pow2(n_qh),
             BLOCK_KH=next_pow2(n_kh), BLOCK_D=next_pow2(d // 2), num_warps=4,
         )
     return q, k

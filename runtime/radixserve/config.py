@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields
 
+from radixserve import settings
+
+# NOTE: spelled out here (as in `radixserve.kvcache.kv_dtype`) so importing the config needs no torch
+KV_CACHE_DTYPE_CHOICES = ("auto", "bfloat16", "float16", "fp8_e4m3")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
     dtype: str = "auto"
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype) | bfloat16 | float16 | fp8_e4m3
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     tp: int = 1
     page_size: int = 1
@@ -29,6 +35,9 @@ class EngineConfig:
             raise ValueError(f"page_size must be a power of two, got {ps}")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be auto|bfloat16|float16|float32, got {self.dtype!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
+            raise ValueError(f"kv_cache_dtype must be {'|'.join(KV_CACHE_DTYPE_CHOICES)}, "
+                             f"got {self.kv_cache_dtype!r}")
         if self.tp < 1:
             raise ValueError(f"tp must be at least 1, got {self.tp}")
         if not 0.0 < self.memory_ratio <= 1.0:
@@ -42,6 +51,9 @@ class SchedulerConfig:
     cache: str = "radix"  # radix | naive
     max_prefill_length: int = 8192  # tokens per prefill batch (chunked prefill bound)
     max_running_requests: int = 256
+    # NOTE: a factory, so the environment is read when a config is made (a test, the CLI or a
+    # parent may set it after import); `--disable-overlap` sets it False explicitly
+    overlap: bool = field(default_factory=lambda: not settings.DISABLE_OVERLAP.get())
 
     def __post_init__(self) -> None:
         if self.max_prefill_length < 1:
@@ -64,11 +76,15 @@ class ServerConfig:
     shutdown_timeout: float = 30.0
     default_max_tokens: int = 2048  # a chat request without max_tokens: bounds its KV reservation
     metrics_without_key: bool = False
+    tool_call_parser: str = "auto"  # tool_choice auto: auto (from the chat template) | hermes | llama3 | none
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="HF model dir or hub id (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPE_CHOICES,
+                   help="KV cache dtype (auto: the model's); fp8_e4m3 holds twice the tokens, "
+                        "scaled by the checkpoint's k_scale/v_scale or 1.0")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--page-size", type=int, default=1, help="KV page size (a power of two)")
@@ -80,6 +96,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default="radix", choices=["radix", "naive"], help="prefix cache")
     p.add_argument("--max-prefill-length", type=int, default=8192)
     p.add_argument("--max-running-requests", type=int, default=256)
+    p.add_argument("--disable-overlap", action="store_true",
+                   help="schedule the next batch only after the last one's tokens are read "
+                        "(default: overlap them; RADIXSERVE_DISABLE_OVERLAP=1 does the same)")
 
 
 def _pick(cls: type, args: argparse.Namespace) -> dict:
@@ -87,4 +106,7 @@ def _pick(cls: type, args: argparse.Namespace) -> dict:
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
-    return EngineConfig(**_pick(EngineConfig, args)), SchedulerConfig(**_pick(SchedulerConfig, args))
+    sched = _pick(SchedulerConfig, args)
+    if getattr(args, "disable_overlap", False):  # else the default (RADIXSERVE_DISABLE_OVERLAP)
+        sched["overlap"] = False
+    return EngineConfig(**_pick(EngineConfig, args)), SchedulerConfig(**sched)

@@ -1,26 +1,51 @@
-"""The offline API: `LLM(model).generate(prompts, SamplingParams(...))`, in-process."""
+"""The offline API: the engine in this process.
+
+    llm = LLM(model)
+    llm.generate(prompts, SamplingParams(...))        # whole results, batched
+    for out in llm.stream(prompt, params): ...        # deltas as they are generated
+    await llm.agenerate(prompts, params)              # asyncio
+    async for out in llm.astream(prompt, params): ... # asyncio, deltas
+
+A request goes through the server's own code after the HTTP layer: prompts are tokenized by
+`tokenizer/tokenize.py`, fanned out to `n` choices by `choice_params`, admitted, stepped, stopped
+and decoded by `offline/pipeline.py` (the scheduler loop's and the detokenizer's code), so `LLM`
+and the server give one request the same tokens and text. Every call, from any thread or event
+loop, shares one engine loop (`offline/engine_loop.py`): concurrent callers batch together.
+"""
 from __future__ import annotations
 
+import asyncio
 import atexit
-import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from radixserve.config import EngineConfig, SchedulerConfig
-from radixserve.sampling_params import SamplingParams
+from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
+from radixserve.offline.engine_loop import EngineLoop
+from radixserve.offline.outputs import (
+    Collector,
+    GenerateResult,
+    StreamOutput,
+    request_error,
+    stream_output,
+)
+from radixserve.offline.pipeline import LocalPipeline, Reply
+from radixserve.sampling_params import SamplingParams, choice_params
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.tokenizer.tokenize import TokenizeManager
 
-Prompt = str | list[int]
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
+__all__ = ["LLM", "GenerateResult", "StreamOutput"]
 
-@dataclass
-class GenerateResult:
-    text: str
-    token_ids: list[int]  # generated tokens only
-    finish_reason: str  # "stop" | "length"
-    prompt_token_ids: list[int]
+Prompt = str | list[int] | list[dict]  # text, token ids, or a chat conversation (list of messages)
+Params = SamplingParams | Sequence[SamplingParams] | None
+_DEFAULT_PARAMS = SamplingParams()
 
 
 def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
@@ -34,9 +59,10 @@ def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
     return ({k: v for k, v in kwargs.items() if k in eng}, {k: v for k, v in kwargs.items() if k in sch})
 
 
-def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
-    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
+def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], (int, dict))):
+        return [prompts]  # type: ignore[list-item]
+    return list(prompts)  # type: ignore[arg-type]
 
 
 class LLM:
@@ -61,66 +87,154 @@ class LLM:
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(self.scheduler.model_path)
-        self._uids = itertools.count()
+        self._tokenize = TokenizeManager(self.tokenizer)
+        self._engine = EngineLoop(LocalPipeline(self.scheduler, self.tokenizer))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def close(self) -> None:
-        """Stop the tensor-parallel followers and leave the group (a no-op at TP=1)."""
+        """Stop the engine loop (waiting callers get an error) and, under tensor parallelism,
+        the followers; idempotent."""
+        self._engine.close()
         close = getattr(self.scheduler, "close", None)
         if close is not None:
             close()
 
-    def encode(self, prompt: Prompt, chat: bool) -> list[int]:
-        if not isinstance(prompt, str):
-            return list(prompt)
-        if chat:
-            msgs = [{"role": "user", "content": prompt}]
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            return self.tokenizer.encode(text, add_special_tokens=False)
-        return self.tokenizer.encode(prompt) if prompt else []
+    def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
+        """A prompt's token ids, as the server makes them (`tokenizer/tokenize.py`): text with the
+        tokenizer's special tokens; with `chat`, or for a conversation, through the model's chat
+        template with the generation prompt; token ids as given."""
+        if isinstance(prompt, str):
+            if not prompt:
+                return []  # refused at admission, as the server refuses it
+            msg = (TokenizeMsg(0, _DEFAULT_PARAMS, chat=[{"role": "user", "content": prompt}])
+                   if chat else TokenizeMsg(0, _DEFAULT_PARAMS, text=prompt))
+        elif prompt and isinstance(prompt[0], dict):
+            msg = TokenizeMsg(0, _DEFAULT_PARAMS, chat=list(prompt))  # type: ignore[arg-type]
+        else:
+            return list(prompt)  # type: ignore[arg-type]
+        return self._tokenize.tokenize(msg)
 
-    def generate(
-        self, prompts: Prompt | Sequence[Prompt],
-        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        *, chat: bool = False, progress: bool = False,
-    ) -> list[GenerateResult]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # type: ignore[list-item]
-        params = sampling_params or SamplingParams()
-        plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(plist) != len(prompts):
-            raise ValueError(f"sampling_params: {len(plist)} given for {len(prompts)} prompts")
-        ids = [self.encode(p, chat) for p in prompts]
-        uids = [next(self._uids) for _ in ids]
-        sched = self.scheduler
-        for n, (uid, toks, sp) in enumerate(zip(uids, ids, plist)):
+    def generate(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None, *,
+                 chat: bool = False, progress: bool = False, n: int = 1) -> list[GenerateResult]:
+        """One result per prompt and choice (prompt-major: prompt i's choice j is at i*n + j).
+        Stops as the server does: EOS, stop token ids, stop strings (the text ends before one;
+        the tokens end with the one that completed it), max_tokens, a complete grammar. A refused
+        or failed request raises ValueError (RuntimeError for an internal error) naming its
+        prompt, and the call's other requests are dropped."""
+        msgs, index, ids = self._requests(prompts, sampling_params, chat, n)
+        if not msgs:
+            return []
+        bar = tqdm(total=len(msgs), desc="generate", disable=not progress)
+        col = Collector(index, n, ids, on_finished=bar.update)
+        self._engine.submit(msgs, col.add)
+        try:
+            self._engine.run_until(col.done)
+        finally:
+            bar.close()
+            self._drop_unfinished(col, index)
+        return col.results()
+
+    def stream(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None, *,
+               chat: bool = False, n: int = 1) -> Iterator[StreamOutput]:
+        """Each choice's new text and tokens as they are generated (text is released once whole
+        characters are decoded and no stop string can begin in it). Leaving the loop early
+        aborts what is left."""
+        msgs, index, _ = self._requests(prompts, sampling_params, chat, n)
+        pending: deque = deque()
+        live = set(index)
+        self._engine.submit(msgs, pending.append)
+        try:
+            while live:
+                self._engine.run_until(lambda: bool(pending))
+                while pending:
+                    out = self._delta(pending.popleft(), index, n, live)
+                    yield out
+        finally:
+            if live:
+                self._engine.abort(live)
+            self._engine.settle()
+
+    async def agenerate(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None,
+                        *, chat: bool = False, n: int = 1) -> list[GenerateResult]:
+        """`generate` for asyncio: the engine steps on its own thread, so the event loop stays
+        free, and concurrent calls batch together. Cancelling the call aborts its requests."""
+        msgs, index, ids = self._requests(prompts, sampling_params, chat, n)
+        if not msgs:
+            return []
+        loop = asyncio.get_running_loop()
+        col, done = Collector(index, n, ids), asyncio.Event()
+
+        def deliver(r: Reply | Exception) -> None:
+            col.add(r)
+            if col.done():
+                done.set()
+
+        self._engine.submit(msgs, lambda r: loop.call_soon_threadsafe(deliver, r),
+                            background=True)
+        try:
+            await done.wait()
+        finally:
+            if not col.done() or col.failure is not None:
+                self._engine.abort(list(index))
+        return col.results()
+
+    async def astream(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None,
+                      *, chat: bool = False, n: int = 1) -> AsyncIterator[StreamOutput]:
+        """`stream` for asyncio (`async for out in llm.astream(...)`)."""
+        msgs, index, _ = self._requests(prompts, sampling_params, chat, n)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        live = set(index)
+        self._engine.submit(msgs, lambda r: loop.call_soon_threadsafe(queue.put_nowait, r),
+                            background=True)
+        try:
+            while live:
+                yield self._delta(await queue.get(), index, n, live)
+        finally:
+            if live:
+                self._engine.abort(live)
+
+    def _requests(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params, chat: bool,
+                  n: int) -> tuple[list[UserMsg], dict[int, int], list[list[int]]]:
+        """The call's requests (prompts × n), uid -> choice index, and each prompt's token ids."""
+        plist = _prompt_list(prompts)
+        params = sampling_params or _DEFAULT_PARAMS
+        per_prompt = [params] * len(plist) if isinstance(params, SamplingParams) else list(params)
+        if len(per_prompt) != len(plist):
+            raise ValueError(f"sampling_params: {len(per_prompt)} given for {len(plist)} prompts")
+        ids = []
+        for i, p in enumerate(plist):
             try:
-                sched.add_request(uid, toks, sp)
+                ids.append(self.encode(p, chat))
             except ValueError as e:
-                for u in uids[:n]:
-                    sched.abort(u)
-                raise ValueError(f"prompt {n}: {e}") from None
-        outputs: dict[int, list[int]] = {u: [] for u in uids}
-        reasons: dict[int, str] = {}
-        bar = tqdm(total=len(uids), desc="generate", disable=not progress)
-        while len(reasons) < len(uids) or sched.has_work:  # has_work: drain the in-flight batch
-            for out in sched.step():
-                outputs[out.uid].append(out.token_id)
-                if out.finished:
-                    reasons[out.uid] = out.finish_reason or "stop"
-                    bar.update()
-            if failures := sched.take_failures():  # a grammar that did not compile
-                for u in uids:
-                    sched.abort(u)
-                while sched.has_work:
-                    sched.step()
-                bar.close()
-                f = failures[0]
-                raise (ValueError if f.status < 500 else RuntimeError)(
-                    f"prompt {uids.index(f.uid)}: {f.message}")
-        bar.close()
-        results = []
-        for uid, toks, sp in zip(uids, ids, plist):
-            text = self.tokenizer.decode(outputs[uid], skip_special_tokens=True)
-            text, hit = truncate_at_stop(text, sp.stop) if sp.stop else (text, False)
-            results.append(GenerateResult(text, outputs[uid], "stop" if hit else reasons[uid], toks))
-        return results
+                raise ValueError(f"prompt {i}: {e}") from None
+        msgs, index = [], {}
+        for i, (toks, sp) in enumerate(zip(ids, per_prompt)):
+            for j, choice in enumerate(choice_params(sp, n)):
+                uid = self._engine.new_uid()
+                index[uid] = i * n + j
+                msgs.append(UserMsg(uid, toks, choice))
+        return msgs, index, ids
+
+    @staticmethod
+    def _delta(r: Reply | Exception, index: dict[int, int], n: int,
+               live: set[int]) -> StreamOutput:
+        if isinstance(r, RequestFailed):
+            raise request_error(r, index[r.uid] // n)
+        if isinstance(r, Exception):
+            raise r
+        if r.finished:
+            live.discard(r.uid)
+        return stream_output(r, index[r.uid])
+
+    def _drop_unfinished(self, col: Collector, index: dict[int, int]) -> None:
+        """After a call: abort what is left of it (interrupted, or one of its requests failed),
+        then let the engine finish what is in flight if nobody else is using it."""
+        if not col.done() or col.failure is not None:
+            self._engine.abort(list(index))
+        self._engine.settle()

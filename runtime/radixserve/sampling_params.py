@@ -1,6 +1,7 @@
 """Per-request sampling parameters, validated at the edge so bad values never reach the scheduler."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -102,3 +103,13 @@ class SamplingParams:
         """Penalties read the tokens generated so far (so overlap must not run ahead of them)."""
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
+
+
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """The parameters of a request's `n` choices, each its own request: choice j samples with
+    seed + j (with a seed), so the choices differ yet are reproducible. The server's `n` and
+    `LLM`'s both fan out here, so they give the same choices."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return [dataclasses.replace(params, seed=None if params.seed is None else params.seed + j)
+            for j in range(n)]

@@ -10,8 +10,10 @@ import torch
 from tests.kernels.kernel_cases import backend_case, run_backend
 
 from radixserve.attention.torch_backend import TorchBackend
+from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
 
 CASES = {"extend": ([9, 0], [6, 11]), "decode": ([0, 4, 15, 33], [1] * 4)}
+FP8 = torch.float8_e4m3fn
 
 
 class RecordingTorch(TorchBackend):
@@ -24,17 +26,26 @@ class RecordingTorch(TorchBackend):
         return super().attend(q, layer_id, batch)
 
 
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.uint8) if x.dtype == FP8 else x
+
+
+@pytest.mark.parametrize("kv_dtype", [None, FP8], ids=["kv-model", "kv-fp8"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_forward_without_kv_attends_over_what_the_pool_holds(case: str) -> None:
-    cfg, batch, q, k, v = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 16)
+def test_forward_without_kv_attends_over_what_the_pool_holds(case: str, kv_dtype) -> None:
+    """Also over an FP8 pool: what `forward` stores is k/v quantized with the layer's scales."""
+    cfg, batch, q, k, v = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 16,
+                                       kv_dtype=kv_dtype)
     pool, fresh = cfg.kv_pool, cfg.kv_pool._kv.clone()
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
     stored_by_forward = pool._kv.clone()
     pool._kv.copy_(fresh)
     got = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v, kv_stored=True)
-    assert torch.equal(pool._kv, stored_by_forward)
-    assert torch.equal(pool.k_cache(1)[batch.out_loc], k)
-    assert torch.equal(pool.v_cache(1)[batch.out_loc], v)
+    assert torch.equal(_bits(pool._kv), _bits(stored_by_forward))
+    k_want = quantize_kv_ref(k, pool.dtype, pool.k_scale(1))
+    v_want = quantize_kv_ref(v, pool.dtype, pool.v_scale(1))
+    assert torch.equal(_bits(pool.k_cache(1))[batch.out_loc], _bits(k_want))
+    assert torch.equal(_bits(pool.v_cache(1))[batch.out_loc], _bits(v_want))
     for g, w in zip(got, want):
         assert torch.equal(g, w)
     # None really means "read the pool": without the new k/v there, the output changes
@@ -69,3 +80,47 @@ def test_hybrid_stores_once_and_attends_with_the_phase_backend(
     assert stores == [0, 1]
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_torch_backend_reads_fp8_as_its_dequantized_values(case: str) -> None:
+    """Over an FP8 pool (K and V scales 0.3 and 2.5), exactly what it gives over a float32 pool
+    holding fp8 * scale; and within FP8's error of the float32 pool holding the unquantized k/v."""
+    cfg8, batch, q, k, v = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 16,
+                                        kv_dtype=FP8)
+    cfg32, *_ = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 16)
+    pool8, pool32 = cfg8.kv_pool, cfg32.kv_pool
+    got = run_backend(TorchBackend(cfg8), dataclasses.replace(batch), q, k, v)
+    for layer in range(pool8.num_layers):  # the float32 pool: what the FP8 one holds, widened
+        pool32.k_cache(layer).copy_(dequantize_kv_ref(pool8.k_cache(layer), pool8.k_scale(layer)))
+        pool32.v_cache(layer).copy_(dequantize_kv_ref(pool8.v_cache(layer), pool8.v_scale(layer)))
+    backend32 = TorchBackend(dataclasses.replace(cfg32, page_table=cfg8.page_table))
+    backend32.prepare(batch)
+    for layer, g in enumerate(got):
+        want = backend32.forward(q, None, None, layer, batch)  # the pool holds k/v already
+        torch.testing.assert_close(g, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_backend_refuses_a_kv_dtype_it_cannot_read() -> None:
+    """The base contract reads the model's dtype only; a backend claims more by overriding
+    `reads_kv_dtype`, so an FP8 pool can never meet a backend that would misread it."""
+    from types import SimpleNamespace
+
+    from radixserve.attention.base import BaseAttnBackend
+    from radixserve.attention.flashinfer_backend import FlashInferBackend
+
+    class ModelDtypeOnly(BaseAttnBackend):
+        def prepare(self, batch) -> None: ...
+
+        def attend(self, q, layer_id, batch):
+            return q
+
+    cfg8, *_ = backend_case("cpu", torch.float32, 4, *CASES["decode"], (4, 2), 16, kv_dtype=FP8)
+    with pytest.raises(ValueError, match="cannot read a torch.float8_e4m3fn KV cache"):
+        ModelDtypeOnly(cfg8)
+    ModelDtypeOnly(backend_case("cpu", torch.float32, 4, *CASES["decode"], (4, 2), 16)[0])
+    reads = FlashInferBackend.reads_kv_dtype  # FlashInfer: 16-bit q over its own dtype or FP8
+    bf16 = SimpleNamespace(cfg=SimpleNamespace(dtype=torch.bfloat16))
+    assert reads(bf16, FP8) and reads(bf16, torch.bfloat16)
+    assert not reads(bf16, torch.float16)
+    assert reads(SimpleNamespace(cfg=SimpleNamespace(dtype=torch.float32)), FP8)  # Triton reads

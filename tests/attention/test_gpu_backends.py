@@ -27,11 +27,12 @@ DECODE = ([0, 1, 15, 16, 63, 700, 1499, 2047], [1] * 8)
 
 
 def _compare(spec: str, dtype: torch.dtype, page: int, lens, heads, dim,
-             kv_stored: bool = False) -> None:
+             kv_stored: bool = False, kv_dtype: torch.dtype | None = None) -> None:
     from radixserve.attention import create_attn_backend
     from radixserve.attention.torch_backend import TorchBackend
 
-    cfg, batch, q, k, v = backend_case("cuda", dtype, page, *lens, heads, dim, seed=page)
+    cfg, batch, q, k, v = backend_case("cuda", dtype, page, *lens, heads, dim, seed=page,
+                                       kv_dtype=kv_dtype)
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
     got = run_backend(create_attn_backend(spec, cfg), batch, q, k, v, kv_stored=kv_stored)
     for g, w in zip(got, want):
@@ -62,16 +63,31 @@ def test_backend_attends_over_kv_already_stored(spec: str, dtype: torch.dtype, l
 
 
 @pytest.mark.parametrize("spec", SPECS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decode_cuda_graph_replay_matches_eager(spec: str, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("lens", [PREFILL, EXTEND, DECODE], ids=["prefill", "extend", "decode"])
+def test_backend_matches_torch_fp8_kv(spec: str, page: int, lens) -> None:
+    """An FP8 pool with K and V scales 0.3 and 2.5 (bf16 model): every backend reads it as the
+    torch reference does (fp8 * scale), and `forward` stores k/v quantized alike."""
+    _compare(spec, torch.bfloat16, page, lens, (16, 8), 128, kv_dtype=torch.float8_e4m3fn)
+    _compare(spec, torch.bfloat16, page, lens, (16, 8), 128, kv_stored=True,
+             kv_dtype=torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("dtype,kv_dtype", [(torch.float32, None), (torch.bfloat16, None),
+                                            (torch.bfloat16, torch.float8_e4m3fn)],
+                         ids=["fp32", "bf16", "bf16-kv-fp8"])
+def test_decode_cuda_graph_replay_matches_eager(spec: str, dtype: torch.dtype, kv_dtype) -> None:
     """Capture one decode step at bs 8 for dummy requests (length 1, KV written to the scratch
     slot), then replay it for real requests: same output as an eager run (bit for bit for the
-    Triton kernels, whose split count only depends on the batch size)."""
+    Triton kernels, whose split count only depends on the batch size). With an FP8 pool the
+    scales are captured as constants."""
     from radixserve.attention import create_attn_backend
     from radixserve.attention.torch_backend import TorchBackend
 
     prefix = [899, 2, 63, 0, 1199, 30, 15, 1999]
-    cfg, batch, q, k, v = backend_case("cuda", dtype, 16, prefix, [1] * 8, (16, 8), 128, seed=3)
+    cfg, batch, q, k, v = backend_case("cuda", dtype, 16, prefix, [1] * 8, (16, 8), 128, seed=3,
+                                       kv_dtype=kv_dtype)
     backend = create_attn_backend(spec, cfg)
     backend.init_cuda_graph(16)
     static = dataclasses.replace(

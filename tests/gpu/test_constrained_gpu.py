@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from radixserve.sampling_params import SamplingParams
-from tests.gpu.helpers import GRAPH_BACKENDS
+from tests.gpu.helpers import GRAPH_BACKENDS, NEEDS_EMBEDDED
 from tests.runtime.helpers import random_prompts
 from tests.runtime.test_constrained import GRAMMARS, assert_follows, drain
 from tests.runtime.test_constrained_embedded import SCHEMAS
@@ -25,7 +25,7 @@ def _scheduler(path, overlap: bool, dtype: str = "float32", attn: str = "triton"
 
     eng = EngineConfig(model=str(path) if path else None, dtype=dtype, device="cuda",
                        page_size=16, attn=attn)
-    s = Scheduler(eng, SchedulerConfig(**{"max_running_requests": 16, **sched}), overlap=overlap)
+    s = Scheduler(eng, SchedulerConfig(**{"max_running_requests": 16, "overlap": overlap, **sched}))
     assert s.engine.graph_runner is not None and s.overlap == overlap
     return s
 
@@ -71,6 +71,7 @@ def test_bf16_sampled_constrained_requests_obey(tiny_ckpts_hd64) -> None:
                        outs[-1].finish_reason)
 
 
+@NEEDS_EMBEDDED
 def test_embedded_schemas_validate_on_gpu() -> None:
     from transformers import AutoTokenizer
 

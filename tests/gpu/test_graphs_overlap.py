@@ -62,7 +62,7 @@ def _scheduler(path, overlap: bool, attn: str, **sched):
     from radixserve.scheduler.scheduler import Scheduler
 
     eng = EngineConfig(model=str(path), dtype="float32", device="cuda", page_size=4, attn=attn)
-    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, **sched}), overlap=overlap)
+    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, "overlap": overlap, **sched}))
 
 
 def _drain(s, prompts, max_tokens) -> dict[int, list]:
@@ -111,3 +111,26 @@ def test_overlap_reusing_rows_gives_same_tokens(tiny_ckpts, attn) -> None:
         assert {u: len(o) for u, o in out.items()} == dict(enumerate(max_tokens))
         tokens[overlap] = {u: [o.token_id for o in outs] for u, outs in out.items()}
     assert tokens[True] == tokens[False]
+
+
+def test_async_calls_replay_the_graphs_from_the_engine_thread(tiny_ckpts) -> None:
+    """`agenerate` steps on the LLM's background thread (its own current device): the graphs
+    captured on the main thread replay there and give `generate`'s tokens (float32)."""
+    import asyncio
+
+    from radixserve import LLM, SamplingParams
+
+    prompts = random_prompts(6, [3, 50, 9], 300, seed=21)
+    sp = SamplingParams(max_tokens=12, ignore_eos=True)
+    llm = LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cuda", attn="triton",
+              page_size=16, max_running_requests=8)
+    try:
+        assert llm.scheduler.engine.graph_runner is not None
+        want = [r.token_ids for r in llm.generate(prompts, sp)]
+
+        async def run() -> list:
+            return await asyncio.gather(*[llm.agenerate(p, sp) for p in prompts])
+
+        assert [r[0].token_ids for r in asyncio.run(run())] == want
+    finally:
+        llm.close()

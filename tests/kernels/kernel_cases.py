@@ -123,10 +123,11 @@ def check_qk_norm_rope(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[i
 
 
 def check_qk_norm_rope_store_kv(dev: str, dtype: torch.dtype, tokens: int,
-                                heads: tuple[int, int], dim: int, inv_freq: torch.Tensor) -> None:
-    """The fused KV store: q/k rotated in place as without it, and the caches (bf16, padded
-    strides) hold exactly what `store_kv_ref` of the rotated k and of v writes at a shuffled
-    out_loc; every other row unchanged."""
+                                heads: tuple[int, int], dim: int, inv_freq: torch.Tensor,
+                                cache_dtype: torch.dtype = torch.bfloat16) -> None:
+    """The fused KV store: q/k rotated in place as without it, and the caches (bf16 or FP8 with
+    `FP8_SCALES`, padded strides) hold exactly what `store_kv_ref` of the rotated k and of v
+    writes at a shuffled out_loc; every other row unchanged."""
     from radixserve_kernels import (
         build_cos_sin_cache,
         qk_norm_rope_,
@@ -141,8 +142,10 @@ def check_qk_norm_rope_store_kv(dev: str, dtype: torch.dtype, tokens: int,
     qw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
     kw = (1 + 0.3 * torch.randn(dim, generator=gen)).to(dtype).to(dev)
     slots = 3 * tokens + 5
-    k_cache = torch.randn(slots, hk, dim + 8, generator=gen).bfloat16().to(dev)[..., :dim]
-    v_cache = torch.randn(slots, hk + 1, dim, generator=gen).bfloat16().to(dev)[:, 1:]
+    k_cache = torch.randn(slots, hk, dim + 8, generator=gen).to(cache_dtype).to(dev)[..., :dim]
+    v_cache = torch.randn(slots, hk + 1, dim, generator=gen).to(cache_dtype).to(dev)[:, 1:]
+    fp8 = cache_dtype == torch.float8_e4m3fn
+    scales = FP8_SCALES if fp8 else {}
     loc = torch.randperm(slots, generator=gen)[:tokens].to(dev)
     untouched = torch.ones(slots, dtype=torch.bool, device=dev)
     untouched[loc] = False
@@ -151,14 +154,28 @@ def check_qk_norm_rope_store_kv(dev: str, dtype: torch.dtype, tokens: int,
     q, k, v = (x.view(tokens, -1, dim) for x in qkv.split([hq * dim, hk * dim, hk * dim], dim=1))
     want_q, want_k = qk_norm_rope_ref(q.clone(), k.clone(), pos, cache, qw, kw, 1e-6)
     want_kc, want_vc = k_cache.clone(), v_cache.clone()
-    store_kv_ref(want_kc, want_vc, want_k, v, loc)
+    store_kv_ref(want_kc, want_vc, want_k, v, loc, **scales)
 
-    qk_norm_rope_(q, k, pos, cache, qw, kw, 1e-6, v=v, k_cache=k_cache, v_cache=v_cache, out_loc=loc)
+    qk_norm_rope_(q, k, pos, cache, qw, kw, 1e-6, v=v, k_cache=k_cache, v_cache=v_cache,
+                  out_loc=loc, **scales)
     close(q, want_q, dtype, scale=4)
     close(k, want_k, dtype, scale=4)
-    close(k_cache, want_kc, torch.bfloat16, scale=4)
-    close(v_cache, want_vc, torch.bfloat16)
-    if dev == "cuda" or dtype == torch.bfloat16:  # the interpreter truncates fp32 -> bf16 casts
+    if fp8:
+        from radixserve_kernels import dequantize_kv_ref, quantize_kv_ref
+        from radixserve_kernels.kv_quant import gather_kv
+
+        # exactly the quantized k the kernel rotated in place (the reference's rotation may be
+        # an ulp away, which FP8 rounding can turn into an FP8 ulp), and the quantized v
+        assert torch.equal(fp8_bits(k_cache)[loc], fp8_bits(quantize_kv_ref(k, cache_dtype, 0.3)))
+        assert torch.equal(fp8_bits(v_cache)[loc], fp8_bits(quantize_kv_ref(v, cache_dtype, 2.5)))
+        torch.testing.assert_close(dequantize_kv_ref(gather_kv(k_cache, loc), 0.3), k.float(),
+                                   rtol=0.07, atol=0.3 * 2**-9)  # e4m3: 3 mantissa bits
+        k_cache, v_cache, kc_before, vc_before = map(fp8_bits, (k_cache, v_cache, kc_before,
+                                                                vc_before))
+    else:
+        close(k_cache, want_kc, torch.bfloat16, scale=4)
+        close(v_cache, want_vc, torch.bfloat16)
+    if not fp8 and (dev == "cuda" or dtype == torch.bfloat16):  # the interpreter truncates casts
         assert torch.equal(k_cache[loc], k.bfloat16()) and torch.equal(v_cache[loc], v.bfloat16())
     assert torch.equal(k_cache[untouched], kc_before[untouched])
     assert torch.equal(v_cache[untouched], vc_before[untouched])
@@ -198,24 +215,66 @@ def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: i
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
 
 
+# An FP8 cache's per-tensor scales in the attention checks: far from 1.0 and unlike each other,
+# so a kernel that drops or swaps one is caught.
+FP8_SCALES = {"k_scale": 0.3, "v_scale": 2.5}
+
+
+def fp8_bits(x: torch.Tensor) -> torch.Tensor:
+    """An FP8 tensor's bytes, to compare exactly (torch.equal has no FP8 kernels)."""
+    return x.view(torch.uint8)
+
+
+def check_store_kv_fp8(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:
+    """Into FP8 caches: bit for bit what `store_kv_ref` writes, at scale 1.0 and at scales that
+    push values past ±448 (clamped, never NaN); other rows untouched."""
+    from radixserve_kernels import store_kv, store_kv_ref
+
+    gen = torch.Generator().manual_seed(tokens + 8)
+    fp8 = torch.float8_e4m3fn
+    kc = torch.randn(4 * tokens + 8, heads, dim, generator=gen).to(fp8).to(dev)
+    vc = torch.randn(kc.shape, generator=gen).to(fp8).to(dev)
+    kv = (30 * torch.randn(tokens, 2 * heads, dim, generator=gen)).to(dtype).to(dev)
+    k, v = kv[:, :heads], kv[:, heads:]
+    loc = torch.randperm(kc.shape[0], generator=gen)[:tokens].to(dev)
+    untouched = torch.ones(kc.shape[0], dtype=torch.bool, device=dev)
+    untouched[loc] = False
+    for k_scale, v_scale in ((1.0, 1.0), (0.02, 3.7)):
+        want_k, want_v = kc.clone(), vc.clone()
+        store_kv_ref(want_k, want_v, k, v, loc, k_scale, v_scale)
+        got_k, got_v = kc.clone(), vc.clone()
+        store_kv(got_k, got_v, k, v, loc, k_scale, v_scale)
+        assert torch.equal(fp8_bits(got_k), fp8_bits(want_k))
+        assert torch.equal(fp8_bits(got_v), fp8_bits(want_v))
+        assert torch.equal(fp8_bits(got_k)[untouched], fp8_bits(kc)[untouched])
+        assert not got_k.float().isnan().any() and not got_v.float().isnan().any()
+    assert (want_k.float()[loc].abs() == 448).any()  # the last scales did saturate
+
+
 def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple[int, int],
-                 dim: int, page: int, splits: list[int | None]) -> None:
+                 dim: int, page: int, splits: list[int | None],
+                 kv_dtype: torch.dtype | None = None) -> None:
+    """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`."""
     from radixserve_kernels import decode_attention, decode_attention_ref
 
     gen = torch.Generator().manual_seed(sum(seq_lens) + page)
     hq, hk = heads
     num_pages = sum(-(-n // page) for n in seq_lens) + 3
     table, rows = paged_table(seq_lens, page, num_pages, max(seq_lens) + page, gen)
-    kc, vc = kv_pool(num_pages, page, hk, dim, dtype, gen)
+    kc, vc = kv_pool(num_pages, page, hk, dim, kv_dtype or dtype, gen)
+    scales = FP8_SCALES if kv_dtype == torch.float8_e4m3fn else {}
     q = torch.randn(len(seq_lens), hq, dim, generator=gen).to(dtype)
     args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32))]
-    want = decode_attention_ref(*args, dim**-0.5)
+    want = decode_attention_ref(*args, dim**-0.5, **scales)
     for s in splits:
-        close(decode_attention(*args, dim**-0.5, num_splits=s), want, dtype)
+        close(decode_attention(*args, dim**-0.5, num_splits=s, **scales), want, dtype,
+              scale=scales.get("v_scale", 1.0))
 
 
 def check_extend(dev: str, dtype: torch.dtype, prefix_lens: list[int], extend_lens: list[int],
-                 heads: tuple[int, int], dim: int, page: int) -> None:
+                 heads: tuple[int, int], dim: int, page: int,
+                 kv_dtype: torch.dtype | None = None) -> None:
+    """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`."""
     from radixserve_kernels import extend_attention, extend_attention_ref
 
     gen = torch.Generator().manual_seed(sum(extend_lens) + page)
@@ -223,14 +282,15 @@ def check_extend(dev: str, dtype: torch.dtype, prefix_lens: list[int], extend_le
     seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
     num_pages = sum(-(-n // page) for n in seq_lens) + 3
     table, rows = paged_table(seq_lens, page, num_pages, max(seq_lens) + page, gen)
-    kc, vc = kv_pool(num_pages, page, hk, dim, dtype, gen)
+    kc, vc = kv_pool(num_pages, page, hk, dim, kv_dtype or dtype, gen)
+    scales = FP8_SCALES if kv_dtype == torch.float8_e4m3fn else {}
     q = torch.randn(sum(extend_lens), hq, dim, generator=gen).to(dtype)
     ext = torch.tensor(extend_lens, dtype=torch.int32)
     args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32), ext)]
-    want = extend_attention_ref(*args, dim**-0.5)
+    want = extend_attention_ref(*args, dim**-0.5, **scales)
     qo_start = (torch.cumsum(ext, 0) - ext).to(torch.int32).to(dev)
-    got = extend_attention(*args, dim**-0.5, qo_start, max(extend_lens))
-    close(got, want, dtype)
+    got = extend_attention(*args, dim**-0.5, qo_start, max(extend_lens), **scales)
+    close(got, want, dtype, scale=scales.get("v_scale", 1.0))
 
 
 def check_moe(dev: str, dtype: torch.dtype, tokens: int, hidden: int, inter: int, experts: int,
@@ -277,9 +337,10 @@ def check_page_indices(dev: str, seq_lens: list[int], page: int) -> None:
 # ---- whole batches for the attention backends ------------------------------------------------
 def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int],
                  extend_lens: list[int], heads: tuple[int, int], dim: int, seed: int = 0,
-                 num_layers: int = 2):
+                 num_layers: int = 2, kv_dtype: torch.dtype | None = None):
     """(AttnConfig, Batch, q, k, v): a pool whose prefix slots hold random K/V, a shuffled page
-    table, and the new tokens' q/k/v. `extend_lens` all 1 gives a decode batch."""
+    table, and the new tokens' q/k/v. `extend_lens` all 1 gives a decode batch. `kv_dtype`
+    float8_e4m3fn: an FP8 pool with `FP8_SCALES` in every layer."""
     from radixserve.attention.base import AttnConfig
     from radixserve.engine.batch import Batch
     from radixserve.kvcache.pool import MHAKVPool
@@ -290,10 +351,15 @@ def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int]
     num_pages = sum(-(-n // page) for n in seq) + 2
     max_len = -(-max(seq) // page) * page + page
     table, rows = paged_table(seq, page, num_pages, max_len, gen)
-    pool = MHAKVPool(num_layers, num_pages, page, hk, dim, dtype, dev)
+    kv_dtype = kv_dtype or dtype
+    scales = {}
+    if kv_dtype == torch.float8_e4m3fn:
+        scales = {"k_scales": [FP8_SCALES["k_scale"]] * num_layers,
+                  "v_scales": [FP8_SCALES["v_scale"]] * num_layers}
+    pool = MHAKVPool(num_layers, num_pages, page, hk, dim, kv_dtype, dev, **scales)
     for layer in range(num_layers):
-        pool.k_cache(layer).copy_(torch.randn(pool.k_cache(layer).shape, generator=gen).to(dtype))
-        pool.v_cache(layer).copy_(torch.randn(pool.v_cache(layer).shape, generator=gen).to(dtype))
+        for c in (pool.k_cache(layer), pool.v_cache(layer)):
+            c.copy_(torch.randn(c.shape, generator=gen).to(kv_dtype))
     out_loc = torch.cat([table[r, p:n] for r, p, n in zip(rows.tolist(), prefix_lens, seq)])
     positions = torch.cat([torch.arange(p, n) for p, n in zip(prefix_lens, seq)])
     t = int(sum(extend_lens))

@@ -92,3 +92,43 @@ def test_moe_qwen3_shapes(dtype: torch.dtype, tokens: int) -> None:
 @pytest.mark.parametrize("page", [1, 16, 64, 256])
 def test_page_indices(page: int) -> None:
     kc.check_page_indices("cuda", [1, page, page + 1, 2048, 777], page)
+
+
+# ---- the FP8 KV cache ------------------------------------------------------------------------
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_store_kv_fp8(dtype: torch.dtype) -> None:
+    kc.check_store_kv_fp8("cuda", dtype, tokens=1000, heads=8, dim=128)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((9, 3), 64)])
+def test_qk_norm_rope_stores_fp8_kv(dtype: torch.dtype, heads: tuple[int, int], dim: int) -> None:
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, dim, 2).float() / dim))
+    kc.check_qk_norm_rope_store_kv("cuda", dtype, tokens=300, heads=heads, dim=dim,
+                                   inv_freq=inv_freq, cache_dtype=FP8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, heads: tuple[int, int],
+                                 dim: int) -> None:
+    gen = torch.Generator().manual_seed(page + 1)
+    seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
+    kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16], kv_dtype=FP8)
+    big = torch.randint(1, 2048, (100,), generator=gen).tolist()  # > 64 requests: 128-key blocks
+    kc.check_decode("cuda", dtype, big, heads, dim, page, splits=[None, 2], kv_dtype=FP8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_extend_attention_fp8_kv(dtype: torch.dtype, page: int, heads: tuple[int, int],
+                                 dim: int) -> None:
+    gen = torch.Generator().manual_seed(page + dim + 1)
+    prefix = [0, 0, 1500, 63, 700] + torch.randint(0, 1024, (11,), generator=gen).tolist()
+    extend = [2048, 1, 300, 65, 1] + torch.randint(1, 512, (11,), generator=gen).tolist()
+    kc.check_extend("cuda", dtype, prefix, extend, heads, dim, page, kv_dtype=FP8)

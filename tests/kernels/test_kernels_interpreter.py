@@ -73,3 +73,34 @@ def test_moe(dtype: torch.dtype) -> None:
 
 def test_page_indices() -> None:
     kc.check_page_indices("cpu", [1, 16, 17, 40], page=16)
+
+
+# ---- the FP8 KV cache: stores exact (the interpreter's e4m3 rounding is replaced by torch's, as
+# `radixserve_kernels.testing` explains), attention within the 16/32-bit tolerances -----------
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_store_kv_fp8(dtype: torch.dtype) -> None:
+    kc.check_store_kv_fp8("cpu", dtype, tokens=7, heads=2, dim=16)
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_qk_norm_rope_stores_fp8_kv(dtype: torch.dtype) -> None:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
+    kc.check_qk_norm_rope_store_kv("cpu", dtype, tokens=6, heads=(4, 2), dim=32,
+                                   inv_freq=inv_freq, cache_dtype=FP8)
+
+
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("page", [1, 4])
+def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int) -> None:
+    kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=16, page=page,
+                    splits=[None, 1, 3], kv_dtype=FP8)
+
+
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("page", [1, 4])
+def test_extend_attention_fp8_kv(dtype: torch.dtype, page: int) -> None:
+    kc.check_extend("cpu", dtype, prefix_lens=[0, 9, 70], extend_lens=[5, 1, 66], heads=(4, 2),
+                    dim=16, page=page, kv_dtype=FP8)

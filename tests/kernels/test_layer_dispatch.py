@@ -65,9 +65,10 @@ def test_cpu_tensors_take_the_torch_path_even_when_interpreting() -> None:
 
 
 @torch.inference_mode()
-def pooled_logits(model, ids: list[int]):
+def pooled_logits(model, ids: list[int], kv_dtype: torch.dtype = torch.float32):
     """(logits, KV pool) of one prefill through the torch backend and a real KV pool, which the
-    kernel path fills from the rotary kernel and the torch path through `pool.store_kv`."""
+    kernel path fills from the rotary kernel and the torch path through `pool.store_kv`. An FP8
+    pool gets a K and a V scale per layer, all different."""
     from tests.models.helpers import one_request_batch
 
     from radixserve.attention.base import AttnConfig
@@ -78,7 +79,12 @@ def pooled_logits(model, ids: list[int]):
 
     cfg, n = model.hf_config, len(ids)
     hq, hk, d = cfg.num_attention_heads, hc.num_kv_heads(cfg), hc.head_dim(cfg)
-    pool = MHAKVPool(cfg.num_hidden_layers, n + 3, 1, hk, d, torch.float32, "cpu")
+    layers = cfg.num_hidden_layers
+    scales = {} if kv_dtype != torch.float8_e4m3fn else {
+        "k_scales": [0.05 * (i + 1) for i in range(layers)],
+        "v_scales": [0.5 / (i + 1) for i in range(layers)],
+    }
+    pool = MHAKVPool(layers, n + 3, 1, hk, d, kv_dtype, "cpu", **scales)
     table = torch.zeros(1, n, dtype=torch.int32)
     table[0] = torch.randperm(n + 3, generator=torch.Generator().manual_seed(n))[:n]
     batch = dataclasses.replace(one_request_batch(ids), out_loc=table[0].long())
@@ -107,6 +113,24 @@ def test_model_logits_through_kernels_match_torch_path(ckpts, arch, request) -> 
     assert calls["rms_norm"] == 1
     torch.testing.assert_close(got_pool._kv, want_pool._kv, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_model_logits_through_kernels_match_torch_path_fp8_kv(ckpts, request) -> None:
+    """The fused rotary kernel quantizes k/v into an FP8 pool exactly as `pool.store_kv`'s torch
+    path does (bit for bit), so the logits read back from it agree too."""
+    from radixserve.models.loader import load_model
+
+    fp8 = torch.float8_e4m3fn
+    model, _ = load_model(ckpts["qwen3"], torch.float32, "cpu")
+    want, want_pool = pooled_logits(model, PROMPT, fp8)
+    calls = request.getfixturevalue("kernels_on")
+    got, got_pool = pooled_logits(model, PROMPT, fp8)
+    assert calls["qk_norm_rope_"] == model.hf_config.num_hidden_layers
+    assert got_pool.dtype == fp8 and got_pool._kv.view(torch.uint8).any()
+    assert torch.equal(got_pool._kv.view(torch.uint8), want_pool._kv.view(torch.uint8))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    exact, _ = pooled_logits(model, PROMPT)  # the float32 pool: FP8 is close, not equal
+    assert 0 < (got - exact).abs().max() < 0.1 * exact.abs().max()
 
 
 def test_rotary_layer_stores_kv_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,14 +17,17 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn], ids=["kv-model", "kv-fp8"])
 @pytest.mark.parametrize("page,kv_stored", [(1, False), (16, False), (16, True)])
 @pytest.mark.parametrize("case", list(CASES))
-def test_triton_backend_matches_torch(case: str, page: int, kv_stored: bool) -> None:
-    """`kv_stored`: the new k/v are in the pool already (the fused rotary kernel's way)."""
+def test_triton_backend_matches_torch(case: str, page: int, kv_stored: bool, kv_dtype) -> None:
+    """`kv_stored`: the new k/v are in the pool already (the fused rotary kernel's way). An FP8
+    pool (with scales) is read alike: the kernels fold the scales where the reference multiplies."""
     from radixserve.attention.torch_backend import TorchBackend
     from radixserve.attention.triton_backend import TritonBackend
 
-    cfg, batch, q, k, v = backend_case("cpu", torch.float32, page, *CASES[case], (4, 2), 16, seed=page)
+    cfg, batch, q, k, v = backend_case("cpu", torch.float32, page, *CASES[case], (4, 2), 16,
+                                       seed=page, kv_dtype=kv_dtype)
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
     got = run_backend(TritonBackend(cfg), batch, q, k, v, kv_stored=kv_stored)
     for g, w in zip(got, want):

@@ -39,3 +39,52 @@ def test_tp2_runs_each_configuration_in_its_own_group(tiny_ckpts, capsys) -> Non
     assert out.count("tp 2,") == 4  # radixserve and its three ablations, each a fresh TP group
     assert tok_s(out, "radixserve") > 0
     assert "transformers" not in out
+
+
+def test_shared_prefix_radix_computes_under_an_eighth_of_naive(tmp_path, capsys) -> None:
+    """The issue's case, N = 1,024 and 64 requests, on a tiny model: the radix cache computes the
+    system prompt once (in the warm-up) and then only the suffixes; the naive cache all of it."""
+    from radixserve.testing import write_tiny_checkpoint
+
+    model = write_tiny_checkpoint("llama", tmp_path / "llama", max_position_embeddings=2048)
+    argv = ["bench", "offline", "--model", str(model), "--device", "cpu", "--dtype", "float32",
+            "--shared-prefix", "1024", "--num-prompts", "64", "--input-len", "8", "24",
+            "--output-len", "2", "2", "--warmup", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "64 requests sharing a 1024-token system prompt" in out
+    computed = {cache: int(re.search(rf"^radixserve cache {cache} .* prefill tokens computed\s+(\d+)",
+                                     out, re.MULTILINE).group(1)) for cache in ("radix", "naive")}
+    prompts = int(re.search(r"\((\d+) prompt tokens\)", out).group(1))
+    assert computed["naive"] == prompts  # every prompt token, every request
+    assert 64 * 8 <= computed["radix"] <= 64 * 24  # the suffixes only
+    assert computed["radix"] * 8 <= computed["naive"]
+    assert tok_s(out, "radixserve cache radix") > 0 and tok_s(out, "radixserve cache naive") > 0
+    assert "cache radix, page 1" in out and "cache naive, page 1" in out
+
+
+def test_shared_prefix_workload_shares_only_the_system_prompt() -> None:
+    from radixserve.bench.workload import shared_prefix_workload
+
+    reqs = shared_prefix_workload(5, 100, (3, 9), (4, 4), 1000, seed=0)
+    warm = shared_prefix_workload(3, 100, (3, 9), (4, 4), 1000, seed=1)
+    prefix = reqs[0].input_ids[:100]
+    assert all(r.input_ids[:100] == prefix and 103 <= len(r.input_ids) <= 109 for r in reqs + warm)
+    assert len({tuple(r.input_ids[100:]) for r in reqs + warm}) == 8  # suffixes all differ
+    assert shared_prefix_workload(5, 100, (3, 9), (4, 4), 1000, seed=0) == reqs  # reproducible
+
+
+def test_compare_kv_dtype_runs_both_caches(tiny_ckpts, capsys) -> None:
+    argv = [*ARGS, "--model", str(tiny_ckpts["qwen3"]), "--kv-cache-dtype", "fp8_e4m3",
+            "--compare-kv-dtype", "auto", "--baseline", "none"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    fp8, plain = tok_s(out, "radixserve"), tok_s(out, "radixserve kv-cache auto")
+    assert "kv fp8_e4m3" in out and "kv float32" in out
+    ratio = float(re.search(r"ratio --kv-cache-dtype\s+([\d.]+)x \(fp8_e4m3 / auto\)", out).group(1))
+    assert ratio == pytest.approx(fp8 / plain, rel=0.01)
+
+
+def test_shared_prefix_refuses_the_other_comparisons(tiny_ckpts) -> None:
+    with pytest.raises(SystemExit, match="--shared-prefix compares"):
+        main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--shared-prefix", "16", "--ablate"])

@@ -62,7 +62,7 @@ def assert_follows(model_path, kind: str, text: str, tokens: list[int], reason: 
 
 def make(path, overlap: bool, page_size: int = 1, **sched) -> Scheduler:
     eng = EngineConfig(model=str(path), dtype="float32", device="cpu", page_size=page_size)
-    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 8, **sched}), overlap=overlap)
+    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 8, "overlap": overlap, **sched}))
 
 
 def drain(s: Scheduler, limit: int = 5_000) -> dict[int, list]:
@@ -303,7 +303,7 @@ def test_scheduler_process_turns_a_compile_failure_into_request_failed(path) -> 
         failed = next(m for m in got if isinstance(m, RequestFailed))
         assert (failed.uid, failed.param, failed.status) == (7, "ebnf", 400)
         assert failed.message.startswith("ebnf: could not compile the grammar: ")
-        assert 7 not in loop.active and not loop.scheduler.has_work
+        assert 7 not in loop.scheduler.reqs and not loop.scheduler.has_work
     finally:
         ctx.destroy(linger=0)
         addrs.remove()

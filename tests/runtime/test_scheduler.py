@@ -12,7 +12,7 @@ from tests.runtime.helpers import random_prompts
 
 def make(path, overlap: bool, **sched) -> Scheduler:
     eng = EngineConfig(model=str(path), dtype="float32", device="cpu", page_size=4)
-    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, **sched}), overlap=overlap)
+    return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, "overlap": overlap, **sched}))
 
 
 def drain(s: Scheduler, limit: int = 10_000) -> dict[int, list]:

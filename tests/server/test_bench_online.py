@@ -93,9 +93,13 @@ def test_failed_requests_are_reported_not_dropped(server) -> None:
 def test_cli_prints_every_metric(server, capsys) -> None:
     args = ["bench", "online", "--base-url", server.base, "--api-key", API_KEY, "--num-prompts", str(N),
             "--input-len", "4", "24", "--output-len", "2", "10", "--vocab-size", str(VOCAB),
-            "--request-rate", "50", "--seed", "2"]
+            "--request-rate", "50", "inf", "--seed", "2"]
     assert main(args) == 0
     out = capsys.readouterr().out
+    # one run per rate, the same requests each time
+    assert [m.group(1) for m in re.finditer(r"rate (\S+)/s", out)] == ["50.0", "inf"]
+    assert out.count(f"{N}/{N} (0 failed)") == 2
+    out = out[out.index("rate inf/s"):]
     asked = sum(q.output_len for q in random_workload(N, (4, 24), (2, 10), VOCAB, 2))
     assert f"{N}/{N} (0 failed)" in out and f"({asked} output tokens, from usage; {asked} requested)" in out
     for label in ("request throughput:", "input token throughput:", "output token throughput:"):

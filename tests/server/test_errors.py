@@ -37,6 +37,12 @@ CASES = [
     ("top_logprobs over 20", "/v1/chat/completions", AUTH, CHAT | {"logprobs": True, "top_logprobs": 50}, 400, "top_logprobs", None),
     ("form body", "/v1/chat/completions", AUTH | {"content-type": "application/x-www-form-urlencoded"}, b"model=tiny&max_tokens=3", 400, None, None),
     ("json array body", "/v1/completions", AUTH, b'[{"prompt": "x"}]', 400, None, None),
+    ("tool message without its call id", "/v1/chat/completions", AUTH, {"messages": [{"role": "tool", "content": "x"}]}, 400, "messages.0.tool_call_id", None),
+    ("unknown response_format type", "/v1/chat/completions", AUTH, CHAT | {"response_format": {"type": "xml"}}, 400, "response_format.type", None),
+    ("regex with ebnf", "/v1/completions", AUTH, {"prompt": "x", "regex": "a", "ebnf": 'root ::= "a"'}, 400, "ebnf", None),
+    ("invalid schema", "/v1/completions", AUTH, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "objec"}}}}, 400, "response_format.json_schema.schema", None),
+    ("function name with a space", "/v1/chat/completions", AUTH, CHAT | {"tools": [{"type": "function", "function": {"name": "a b"}}]}, 400, "tools.0.function.name", None),
+    ("invalid schema in /generate", "/generate", AUTH, {"text": "x", "sampling_params": {"json_schema": '{"type": 5}'}}, 400, "json_schema", None),
 ]
 
 

@@ -85,7 +85,10 @@ def test_auto_max_tokens_is_the_default_capped_to_the_context_left(env, default:
     uid = 4 if default == 5 else 5
     msg = UserMsg(uid, [5] * 10, _params(default), auto_max_tokens=True)
     loop.handle(msg)
-    assert msg.params.max_tokens == min(default, loop.scheduler.max_seq_len - 10)
+    admitted = loop.scheduler.reqs[uid].params
+    room = min(loop.scheduler.max_seq_len, loop.scheduler.limits.kv_capacity) - 10
+    assert admitted.max_tokens == min(default, room)  # (the KV cache here is the smaller)
+    assert msg.params.max_tokens == default, "the caller's params are never modified"
     loop.handle(AbortMsg(uid))
     while loop.scheduler.has_work:
         loop.step()

@@ -85,14 +85,6 @@ def test_shell_ctrl_c_cancels_the_reply_not_the_shell(tiny_model) -> None:
     assert child.exitstatus == 0
 
 
-class _Out:
-    uid: int
-
-    def __init__(self, uid: int, token_id: int, finished: bool = False) -> None:
-        self.uid, self.token_id, self.finished = uid, token_id, finished
-        self.finish_reason = "length" if finished else None
-
-
 class _FakeScheduler:
     """One token per step; `interrupt_at`: the step during which Ctrl-C arrives."""
 
@@ -102,17 +94,29 @@ class _FakeScheduler:
         self.shell_ref, self.token_id, self.interrupt_at, self.steps = shell_ref, token_id, interrupt_at, steps
         self.uid, self.n, self.aborted = None, 0, []
 
-    def add_request(self, uid: int, ids: list[int], params) -> None:
+    @property
+    def has_work(self) -> bool:
+        return self.uid not in self.aborted and self.n < self.steps
+
+    def add_request(self, uid: int, ids: list[int], params, *, auto_max_tokens: bool = False):
         self.uid, self.n = uid, 0
+        return params
 
-    def abort(self, uid: int) -> None:
+    def abort(self, uid: int) -> bool:
         self.aborted.append(uid)
+        return True
 
-    def step(self) -> list[_Out]:
+    def take_failures(self) -> list:
+        return []
+
+    def step(self) -> list:
+        from radixserve.scheduler.output import TokenOutput
+
         self.n += 1
         if self.n == self.interrupt_at:
             self.shell_ref[0]._on_sigint()  # the signal handler runs while the step computes
-        return [_Out(self.uid, self.token_id, finished=self.n == self.steps)]
+        done = self.n == self.steps
+        return [TokenOutput(self.uid, self.token_id, done, "length" if done else None)]
 
 
 def _shell(tiny_tokenizer, interrupt_at: int | None):

@@ -12,10 +12,15 @@ def attend_block(
     """One block of keys of the online softmax, shared by the decode and extend kernels: gather
     the block's K and V through the page table (`offs` token positions, `nm` in range), score q
     against K (`keep` masks scores), and fold the block into the running max `m_i`, sum `l_i` and
-    output `acc`. Returns the updated (m_i, l_i, acc)."""
+    output `acc`. Returns the updated (m_i, l_i, acc).
+
+    K and V are read in the cache's dtype and widened to q's (exact, also from FP8); an FP8
+    cache's scales are not applied here: the caller folds the K scale into `scale` and multiplies
+    the output by the V scale, the same numbers at a fraction of the multiplies."""
     slots = tl.load(table_ptr + row * table_s0 + offs, mask=nm, other=0).to(tl.int64)
     kv_mask = nm[:, None] & dm[None, :]
     k = tl.load(k_ptr + slots[:, None] * k_s0 + kvh * k_s1 + d[None, :], mask=kv_mask, other=0.0)
+    k = k.to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -23,5 +28,6 @@ def attend_block(
     p = tl.exp(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    v = v.to(q.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=PRECISION)
     return m_new, l_i, acc

@@ -10,13 +10,14 @@ from radixserve_kernels._jit.attn_block import attend_block
 def decode_split_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
-    scale,
+    scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """One (request, KV head, split): all GROUP query heads of that KV head against one slice of
     the request's keys; writes the slice's normalised output and log-sum-exp (with one split,
-    the final output directly)."""
+    the final output directly). `scale` includes an FP8 cache's K scale; `v_scale` multiplies
+    the output (1.0 for other caches)."""
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -44,7 +45,7 @@ def decode_split_kernel(
             offs, nm, nm[None, :], d, dm, scale, PRECISION,
         )
     has = l_i > 0
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    out = acc / tl.where(has, l_i, 1.0)[:, None] * v_scale
     if NUM_SPLITS == 1:
         tl.store(out_ptr + b * o_s0 + heads[:, None] * o_s1 + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=gm[:, None] & dm[None, :])

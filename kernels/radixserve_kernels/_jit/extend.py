@@ -10,13 +10,14 @@ from radixserve_kernels._jit.attn_block import attend_block
 def extend_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, rows_ptr, seq_ptr, ext_ptr, qo_start_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, o_s0, o_s1, table_s0,
-    scale,
+    scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """One (block of a request's new tokens, query head). New token i of a request sits at
     absolute position prefix + i and sees keys 0 .. prefix + i, all read through the page table
-    (the new tokens' own K/V are already stored)."""
+    (the new tokens' own K/V are already stored). `scale` includes an FP8 cache's K scale;
+    `v_scale` multiplies the output (1.0 for other caches)."""
     mblk = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     h = tl.program_id(2)
@@ -49,6 +50,6 @@ def extend_kernel(
             q, m_i, l_i, acc, k_ptr, v_ptr, table_ptr, row, table_s0, k_s0, k_s1, v_s0, v_s1, kvh,
             offs, nm, causal, d, dm, scale, PRECISION,
         )
-    out = acc / l_i[:, None]
+    out = acc / l_i[:, None] * v_scale
     tl.store(o_ptr + (q_start + m)[:, None] * o_s0 + h * o_s1 + d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=mm[:, None] & dm[None, :])

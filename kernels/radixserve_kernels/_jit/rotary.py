@@ -3,6 +3,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.store import quantize
+
 
 @triton.jit
 def _norm_rotate_heads(ptr, s_t, s_h, t, n_heads, w_ptr, cos, sin, half, eps,
@@ -34,20 +36,22 @@ def _norm_rotate_heads(ptr, s_t, s_h, t, n_heads, w_ptr, cos, sin, half, eps,
 
 
 @triton.jit
-def _store_row(c_ptr, off, half, x1, x2, mask):
-    """Both halves of one token's heads into a cache row, cast to the cache dtype."""
+def _store_row(c_ptr, off, half, x1, x2, mask, inv_scale, FP8: tl.constexpr,
+               FP8_MAX: tl.constexpr):
+    """Both halves of one token's heads into a cache row, quantized (FP8) and cast to the cache
+    dtype."""
     ty = c_ptr.dtype.element_ty
-    tl.store(c_ptr + off, x1.to(ty), mask=mask)
-    tl.store(c_ptr + off + half, x2.to(ty), mask=mask)
+    tl.store(c_ptr + off, quantize(x1, inv_scale, FP8, FP8_MAX).to(ty), mask=mask)
+    tl.store(c_ptr + off + half, quantize(x2, inv_scale, FP8, FP8_MAX).to(ty), mask=mask)
 
 
 @triton.jit
 def qk_norm_rope_kernel(
     q_ptr, k_ptr, pos_ptr, cache_ptr, qw_ptr, kw_ptr,
     q_st, q_sh, k_st, k_sh, cache_s0, n_qh, n_kh, half, eps,
-    v_ptr, kc_ptr, vc_ptr, loc_ptr, v_st, v_sh, kc_s0, kc_s1, vc_s0, vc_s1,
-    HAS_NORM: tl.constexpr, STORE_KV: tl.constexpr, BLOCK_QH: tl.constexpr,
-    BLOCK_KH: tl.constexpr, BLOCK_D: tl.constexpr,
+    v_ptr, kc_ptr, vc_ptr, loc_ptr, v_st, v_sh, kc_s0, kc_s1, vc_s0, vc_s1, k_inv, v_inv,
+    HAS_NORM: tl.constexpr, STORE_KV: tl.constexpr, FP8: tl.constexpr, FP8_MAX: tl.constexpr,
+    BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
@@ -64,8 +68,10 @@ def qk_norm_rope_kernel(
         slot = tl.load(loc_ptr + t).to(tl.int64)
         h = tl.arange(0, BLOCK_KH)[:, None]
         mask = (h < n_kh) & dm[None, :]
-        _store_row(kc_ptr, slot * kc_s0 + h * kc_s1 + d[None, :], half, k1, k2, mask)
+        _store_row(kc_ptr, slot * kc_s0 + h * kc_s1 + d[None, :], half, k1, k2, mask, k_inv,
+                   FP8, FP8_MAX)
         v_off = t * v_st + h * v_sh + d[None, :]
         v1 = tl.load(v_ptr + v_off, mask=mask)
         v2 = tl.load(v_ptr + v_off + half, mask=mask)
-        _store_row(vc_ptr, slot * vc_s0 + h * vc_s1 + d[None, :], half, v1, v2, mask)
+        _store_row(vc_ptr, slot * vc_s0 + h * vc_s1 + d[None, :], half, v1, v2, mask, v_inv,
+                   FP8, FP8_MAX)

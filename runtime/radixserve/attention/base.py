@@ -29,10 +29,25 @@ class AttnConfig:
     def scale(self) -> float:
         return self.head_dim**-0.5
 
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        return self.kv_pool.dtype
+
 
 class BaseAttnBackend(ABC):
     def __init__(self, cfg: AttnConfig) -> None:
         self.cfg = cfg
+        if not self.reads_kv_dtype(cfg.kv_dtype):
+            raise ValueError(
+                f"attention backend {type(self).__name__} cannot read a {cfg.kv_dtype} KV cache "
+                f"with a {cfg.dtype} model; choose another --attn or --kv-cache-dtype"
+            )
+
+    def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
+        """Whether `attend` reads a KV pool of this dtype correctly (an FP8 one with its scales).
+        The model's own dtype always; a backend that reads more says so, so that no backend
+        ever reads bytes it does not understand."""
+        return kv_dtype == self.cfg.dtype
 
     @abstractmethod
     def prepare(self, batch: Batch) -> None:

@@ -1,6 +1,8 @@
 """Attention through FlashInfer's paged prefill and decode wrappers (`pip install
 'radixserve[gpu]'`; 0.5.3 tested). FlashInfer has no float32 kernels, so a float32 model runs
-this backend's batches through the Triton kernels instead."""
+this backend's batches through the Triton kernels instead. An FP8 KV cache is planned with
+`kv_data_type` float8_e4m3fn and run with the layer's `k_scale`/`v_scale` (FlashInfer folds the
+K scale into the softmax scale and multiplies the output by the V scale)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -9,6 +11,7 @@ import torch
 
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
 from radixserve.attention.triton_backend import TritonBackend
+from radixserve_kernels.kv_quant import is_fp8
 
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
@@ -54,6 +57,12 @@ class FlashInferBackend(BaseAttnBackend):
         # batch N+1 while the GPU still runs batch N).
         self._planned = torch.cuda.Event() if cfg.device.type == "cuda" else None
         self._planned_once = False
+
+    def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
+        if self.cfg.dtype == torch.float32:
+            return True  # the Triton fallback reads
+        # NOTE: FlashInfer compiles q and KV of one 16-bit dtype, or 16-bit q over FP8 KV
+        return kv_dtype == self.cfg.dtype or is_fp8(kv_dtype)
 
     def _new_decode_wrapper(self, bs: int | None = None) -> Any:
         fi = _import_flashinfer()
@@ -119,7 +128,13 @@ class FlashInferBackend(BaseAttnBackend):
         pool, p = self.cfg.kv_pool, self.cfg.page_size
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
         paged = (k_cache.view(-1, p, *k_cache.shape[1:]), v_cache.view(-1, p, *v_cache.shape[1:]))
-        return md.wrapper.run(q.contiguous(), paged)
+        if not pool.is_fp8:
+            return md.wrapper.run(q.contiguous(), paged)
+        # floats, so a CUDA graph captures them as constants; a V scale of 1.0 is left out, as
+        # FlashInfer multiplies the output by it in a separate launch
+        v_scale = pool.v_scale(layer_id)
+        return md.wrapper.run(q.contiguous(), paged, k_scale=pool.k_scale(layer_id),
+                              v_scale=None if v_scale == 1.0 else v_scale)
 
     # CUDA graphs: one decode wrapper per captured batch size over shared static buffers;
     # replay re-plans into them (plan() runs outside the graph, as FlashInfer requires).

@@ -17,6 +17,9 @@ class HybridBackend(BaseAttnBackend):
         super().__init__(prefill.cfg)
         self.prefill, self.decode = prefill, decode
 
+    def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
+        return True  # each part checked its own when it was built
+
     def _pick(self, batch: Batch) -> BaseAttnBackend:
         return self.decode if batch.is_decode else self.prefill
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.attention.base import ATTN_BACKENDS, BaseAttnBackend
+from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
@@ -25,6 +26,9 @@ class TorchMetadata(NamedTuple):
 
 @ATTN_BACKENDS.register("torch")
 class TorchBackend(BaseAttnBackend):
+    def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
+        return True  # any dtype torch converts, FP8 through `dequantize_kv_ref`
+
     def prepare(self, batch: Batch) -> None:
         dev = self.cfg.device
         seq, ext = batch.seq_lens_cpu, batch.extend_lens_cpu
@@ -49,13 +53,15 @@ class TorchBackend(BaseAttnBackend):
     def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         md: TorchMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool = self.cfg.kv_pool
-        keys = pool.k_cache(layer_id)[md.kv_idx].transpose(1, 2)  # [bs, Hkv, Lk, D]
-        vals = pool.v_cache(layer_id)[md.kv_idx].transpose(1, 2)
+        k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
+        keys = dequantize_kv_ref(gather_kv(k_cache, md.kv_idx), pool.k_scale(layer_id), q.dtype)
+        vals = dequantize_kv_ref(gather_kv(v_cache, md.kv_idx), pool.v_scale(layer_id), q.dtype)
+        keys, vals = keys.transpose(1, 2), vals.transpose(1, 2)  # [bs, Hkv, Lk, D]
         bs, hq, d = len(batch.seq_lens_cpu), q.shape[1], q.shape[2]
         q_pad = q.new_zeros(bs, md.max_q, hq, d)
         q_pad[md.tok_req, md.tok_pos] = q
         out = F.scaled_dot_product_attention(
-            q_pad.transpose(1, 2), keys.to(q.dtype), vals.to(q.dtype),
+            q_pad.transpose(1, 2), keys, vals,
             attn_mask=md.mask, scale=self.cfg.scale, enable_gqa=hq != keys.shape[1],
         )  # [bs, Hq, Lq, D]
         return out.transpose(1, 2)[md.tok_req, md.tok_pos]

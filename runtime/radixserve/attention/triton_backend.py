@@ -31,6 +31,9 @@ class TritonBackend(BaseAttnBackend):
         self._graph_rows: torch.Tensor | None = None
         self._graph_seq_lens: torch.Tensor | None = None
 
+    def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
+        return True  # the kernels widen K/V to q's dtype and apply an FP8 cache's scales
+
     def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor) -> TritonMetadata:
         from radixserve_kernels import decode_num_splits
 
@@ -53,14 +56,15 @@ class TritonBackend(BaseAttnBackend):
         md: TritonMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool, cfg = self.cfg.kv_pool, self.cfg
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
+        scales = {"k_scale": pool.k_scale(layer_id), "v_scale": pool.v_scale(layer_id)}
         if md.extend_lens is None:
             return decode_attention(
                 q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, cfg.scale,
-                num_splits=md.num_splits,
+                num_splits=md.num_splits, **scales,
             )
         return extend_attention(
             q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, md.extend_lens,
-            cfg.scale, md.qo_start, md.max_extend,
+            cfg.scale, md.qo_start, md.max_extend, **scales,
         )
 
     # CUDA graphs: the captured kernels read request rows and lengths from static buffers that

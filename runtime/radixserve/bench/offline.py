@@ -15,16 +15,21 @@ from radixserve.scheduler.scheduler import Scheduler
 from radixserve.scheduler.tp_launch import scheduler_group
 
 
-def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0) -> tuple[float, int]:
-    """Feed every request at once and step until all finish: (seconds, output tokens)."""
+def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
+                  json_schema: str | None = None) -> tuple[float, int]:
+    """Feed every request at once and step until all finish: (seconds, output tokens). With
+    `json_schema` every request is constrained by it (and ends when its JSON is complete)."""
     if sched.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
     for i, r in enumerate(reqs):
-        sched.add_request(uid0 + i, r.input_ids, SamplingParams(max_tokens=r.output_len, ignore_eos=True))
+        sched.add_request(uid0 + i, r.input_ids, SamplingParams(
+            max_tokens=r.output_len, ignore_eos=True, json_schema=json_schema))
     produced = 0
     while sched.has_work:
         produced += len(sched.step())
+        if failed := sched.take_failures():  # e.g. a --json-schema xgrammar cannot compile
+            raise SystemExit(f"bench: request {failed[0].uid - uid0}: {failed[0].message}")
     if sched.device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start, produced
@@ -43,30 +48,43 @@ def allreduce_desc() -> str:
 
 
 def describe(sched: Scheduler) -> str:
+    from radixserve.kvcache.kv_dtype import kv_dtype_name
+
     eng = sched.engine
     tp = f"tp {eng.cfg.tp}, {allreduce_desc()}, " if eng.cfg.tp > 1 else ""
-    return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, {tp}attn {type(eng.attn_backend).__name__}, "
+    return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, kv {kv_dtype_name(eng.kv_dtype)}, "
+            f"{tp}attn {type(eng.attn_backend).__name__}, "
             f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
             f"cache {sched.cfg.cache}, page {eng.page_size}")
 
 
 def bench_config(
     eng: EngineConfig, sch: SchedulerConfig, reqs: list[BenchRequest], warmup: int,
-    report: Callable[[float, str], None] | None = None,
+    report: Callable[[float, str], None] | None = None, json_schema: str | None = None,
+    *, warmup_reqs: list[BenchRequest] | None = None, stats: dict[str, int] | None = None,
 ) -> tuple[float, str]:
-    """Start a scheduler (a TP group at `eng.tp` > 1), warm it on the first `warmup` requests,
-    then time the whole workload: (output tokens/s, what ran). `report` gets the same pair
-    before the scheduler is torn down, so the figure is out whatever the teardown does."""
+    """Start a scheduler (a TP group at `eng.tp` > 1), warm it on the first `warmup` requests
+    (of `warmup_reqs` when given, else of the workload), then time the whole workload: (output
+    tokens/s, what ran). `report` gets the same pair before the scheduler is torn down, so the
+    figure is out whatever the teardown does. `stats` receives `prefill_tokens`, the prompt
+    tokens computed in the timed region (those not found in the prefix cache)."""
     with scheduler_group(eng, sch) as sched:
-        if warmup:
-            run_scheduler(sched, reqs[:warmup], uid0=10**9)
-        secs, toks = run_scheduler(sched, reqs)
-        assert toks == sum(r.output_len for r in reqs), (toks, sum(r.output_len for r in reqs))
+        if warmup:  # (with a schema, this compiles it: the timed run finds it cached)
+            warm = (reqs if warmup_reqs is None else warmup_reqs)[:warmup]
+            run_scheduler(sched, warm, uid0=10**9, json_schema=json_schema)
+        prefilled = sched.prefill_tokens
+        secs, toks = run_scheduler(sched, reqs, json_schema=json_schema)
+        if stats is not None:
+            stats["prefill_tokens"] = sched.prefill_tokens - prefilled
+        want = sum(r.output_len for r in reqs)
+        assert toks == want or (json_schema is not None and toks <= want), (toks, want)
         desc = describe(sched)
+        if json_schema is not None:
+            desc += f", every request JSON-schema constrained ({toks} of {want} tokens made)"
         if report is not None:
             report(toks / secs, desc)
         del sched
-    gc.collect()  # the engine and its graph runner refer to each other
+    gc.collect()  # free the run's memory now, before the next configuration sizes its KV
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return toks / secs, desc

@@ -23,3 +23,15 @@ def random_workload(
         n_in = rng.randint(*input_range)
         out.append(BenchRequest([rng.randint(1, hi) for _ in range(n_in)], rng.randint(*output_range)))
     return out
+
+
+def shared_prefix_workload(
+    num: int, prefix_len: int, suffix_range: tuple[int, int], output_range: tuple[int, int],
+    vocab_size: int, seed: int = 0, prefix_seed: int = 0,
+) -> list[BenchRequest]:
+    """Requests that all start with one `prefix_len`-token system prompt (drawn from
+    `prefix_seed`) followed by their own random suffix: a prefix cache computes the system prompt
+    once. Two calls with the same `prefix_seed` and different `seed`s share the prompt only."""
+    prefix = random_workload(1, (prefix_len, prefix_len), (1, 1), vocab_size, prefix_seed)[0]
+    tails = random_workload(num, suffix_range, output_range, vocab_size, seed + 1)
+    return [BenchRequest(prefix.input_ids + t.input_ids, t.output_len) for t in tails]

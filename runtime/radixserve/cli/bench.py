@@ -5,7 +5,7 @@ import argparse
 import contextlib
 import os
 
-from radixserve.config import add_engine_args
+from radixserve.config import KV_CACHE_DTYPE_CHOICES, add_engine_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +22,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--baseline-batch-size", type=int, default=64)
     off.add_argument("--ablate", action="store_true", help="rerun without overlap, CUDA graphs, radix cache")
     off.add_argument("--warmup", type=int, default=16, help="requests run before the timed region")
+    off.add_argument("--compare-kv-dtype", default=None, metavar="DTYPE",
+                     choices=KV_CACHE_DTYPE_CHOICES,
+                     help="rerun with this --kv-cache-dtype, same requests; print both")
+    off.add_argument("--shared-prefix", type=int, default=None, metavar="N",
+                     help="requests share an N-token system prompt (--input-len: their own "
+                          "suffixes, default 32 128); timed with the radix then the naive cache, "
+                          "with the prefill tokens each computed (no transformers baseline)")
+    off.add_argument("--constrained", action="store_true",
+                     help="constrain every request by a JSON schema (--json-schema, else a built-in one)")
+    off.add_argument("--json-schema", default=None, metavar="FILE",
+                     help="the JSON schema of --constrained / --compare-constrained (implies --constrained)")
+    off.add_argument("--compare-constrained", action="store_true",
+                     help="run unconstrained, then every request JSON-schema constrained; print both")
     off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
@@ -45,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     on.add_argument("--num-prompts", type=int, default=200)
     on.add_argument("--input-len", type=int, nargs=2, default=[100, 1024], metavar=("MIN", "MAX"))
     on.add_argument("--output-len", type=int, nargs=2, default=[100, 1024], metavar=("MIN", "MAX"))
-    on.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (inf: all at once)")
+    on.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")],
+                    help="requests/s (inf: all at once); several rates run in turn, same requests")
     on.add_argument("--max-concurrency", type=int, default=256)
     on.add_argument("--vocab-size", type=int, default=32000, help="token ids are drawn below this")
     on.add_argument("--seed", type=int, default=0, help="seeds the prompts and the arrival times")
@@ -133,7 +147,8 @@ def run_latency(args: argparse.Namespace) -> int:
                 print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
             del sched
         # NOTE: without this the next mode's engine found no memory for its KV cache (two H200s,
-        # Qwen3-14B at TP=2: "budget -2.37 GiB"); the engine and its graph runner refer to each other
+        # Qwen3-14B at TP=2: "budget -2.37 GiB"), when the engine and its graph runner referred
+        # to each other; kept so no cycle left elsewhere holds the last run's memory
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -186,19 +201,22 @@ def run_online_cli(args: argparse.Namespace) -> int:
     from radixserve.bench.online import report, run_online
     from radixserve.bench.workload import random_workload
 
-    if not args.request_rate > 0 or args.max_concurrency < 1 or args.num_prompts < 1:
+    if not all(r > 0 for r in args.request_rate) or args.max_concurrency < 1 or args.num_prompts < 1:
         raise SystemExit("bench online: --request-rate must be > 0, "
                          "--max-concurrency and --num-prompts at least 1")
     model = _served_model(args.base_url, args.served_model, args.api_key)
     in_rng, out_rng = tuple(args.input_len), tuple(args.output_len)
     reqs = random_workload(args.num_prompts, in_rng, out_rng, args.vocab_size, args.seed)
-    print(f"online: {args.num_prompts} requests, input {in_rng}, output {out_rng}, rate "
-          f"{args.request_rate}/s, max concurrency {args.max_concurrency}, seed {args.seed}, "
-          f"ignore_eos; {args.base_url} ({model})", flush=True)
-    results, secs = asyncio.run(run_online(args.base_url, model, reqs, args.request_rate,
-                                           args.max_concurrency, args.seed, args.api_key))
-    print(report(results, secs))
-    return 0 if all(r.ok for r in results) else 1
+    ok = True
+    for rate in args.request_rate:
+        print(f"online: {args.num_prompts} requests, input {in_rng}, output {out_rng}, rate "
+              f"{rate}/s, max concurrency {args.max_concurrency}, seed {args.seed}, "
+              f"ignore_eos; {args.base_url} ({model})", flush=True)
+        results, secs = asyncio.run(run_online(args.base_url, model, reqs, rate,
+                                               args.max_concurrency, args.seed, args.api_key))
+        print(report(results, secs), flush=True)
+        ok = ok and all(r.ok for r in results)
+    return 0 if ok else 1
 
 
 def run_offline(args: argparse.Namespace) -> int:
@@ -222,18 +240,36 @@ def run_offline(args: argparse.Namespace) -> int:
     from radixserve.models.default_model import resolve_model_path
 
     path = resolve_model_path(eng.model)
-    reqs = random_workload(n, in_rng, out_rng, AutoConfig.from_pretrained(path).vocab_size, seed=0)
+    vocab = AutoConfig.from_pretrained(path).vocab_size
+    if args.shared_prefix is not None:
+        from radixserve.bench.shared_prefix import run_shared_prefix
+
+        if args.shared_prefix < 1:
+            raise SystemExit("bench: --shared-prefix must be at least 1")
+        if args.ablate or args.compare_kv_dtype or args.compare_constrained or args.allreduce:
+            raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run "
+                             "--ablate, --compare-* and --allreduce without it")
+        suffix = tuple(args.input_len or (32, 128))
+        run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
+        return 0
+    reqs = random_workload(n, in_rng, out_rng, vocab, seed=0)
     print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
           f"model {args.model_preset or path}")
 
-    def run(label: str, e=eng, s=sch, env: dict | None = None) -> float:
+    from radixserve.bench.constrained import bench_schema
+
+    schema = (bench_schema(args.json_schema)
+              if args.constrained or args.json_schema or args.compare_constrained else None)
+    main_schema = None if args.compare_constrained else schema
+
+    def run(label: str, e=eng, s=sch, env: dict | None = None, json_schema: str | None = None) -> float:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         def report(tps: float, desc: str) -> None:
             print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
 
         try:
-            tps, _ = bench_config(e, s, reqs, args.warmup, report)
+            tps, _ = bench_config(e, s, reqs, args.warmup, report, json_schema)
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -244,15 +280,24 @@ def run_offline(args: argparse.Namespace) -> int:
     ours = 0.0
     for mode in modes:
         label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
-        tps = run(label, env=None if mode is None else {ENV: mode})
+        tps = run(label, env=None if mode is None else {ENV: mode}, json_schema=main_schema)
         ours = ours or tps  # the first mode is the one the ablations and baseline compare with
+    if args.compare_kv_dtype:
+        kv = args.compare_kv_dtype
+        tps = run(f"radixserve kv-cache {kv}", e=dataclasses.replace(eng, kv_cache_dtype=kv),
+                  json_schema=main_schema)
+        print(f"{'ratio --kv-cache-dtype':<28} {ours / tps:>10.2f}x ({eng.kv_cache_dtype} / {kv})",
+              flush=True)
+    if args.compare_constrained:
+        tps = run("radixserve json-schema", json_schema=schema)
+        print(f"{'ratio json-schema/plain':<28} {tps / ours:>10.2f}x", flush=True)
     if args.ablate:
         for label, kw in [
-            ("  overlap off", {"env": {"RADIXSERVE_DISABLE_OVERLAP": "1"}}),
+            ("  overlap off", {"s": dataclasses.replace(sch, overlap=False)}),
             ("  cuda graphs off", {"e": dataclasses.replace(eng, cuda_graph_max_bs=0)}),
             ("  naive cache", {"s": dataclasses.replace(sch, cache="naive")}),
         ]:
-            tps = run(label, **kw)
+            tps = run(label, json_schema=main_schema, **kw)
             print(f"{'':<28} {100 * (ours - tps) / tps:>+9.1f}% from the feature")
     if args.baseline == "transformers":
         from radixserve.engine.device import resolve_device

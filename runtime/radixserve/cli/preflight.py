@@ -104,7 +104,8 @@ def check_model_config(eng: EngineConfig) -> None:
 
 
 def check_device(eng: EngineConfig) -> None:
-    """`--device`, `--tp` against the visible GPUs, and `--attn` against the device."""
+    """`--device`, `--tp` against the visible GPUs, `--attn` against the device, and an FP8 KV
+    cache against the GPU's generation."""
     import torch
 
     from radixserve.attention.factory import check_backend, resolve_attn_spec
@@ -121,6 +122,14 @@ def check_device(eng: EngineConfig) -> None:
             check_backend(name, device_type)
     except ValueError as e:
         raise UsageError(f"--attn {eng.attn}: {e}") from None
+    if device_type == "cuda" and eng.kv_cache_dtype == "fp8_e4m3":
+        from radixserve.kvcache.kv_dtype import FP8_KV_DTYPE, check_kv_dtype_on_device
+
+        dev = torch.device(eng.device if eng.device.startswith("cuda:") else "cuda")
+        try:
+            check_kv_dtype_on_device(FP8_KV_DTYPE, dev)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
 
 
 def check_engine(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from radixserve import settings
 from radixserve.cli.preflight import UsageError, bind_port, check_engine, resolve_model
 from radixserve.config import ServerConfig, add_engine_args
 
@@ -13,12 +13,14 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None, help="the model name clients use (default: --model)")
     p.add_argument("--num-tokenizer", type=int, default=0, help="tokenizer processes (0: the detokenizer tokenizes too)")
-    p.add_argument("--api-key", default=os.environ.get("RADIXSERVE_API_KEY"),
+    p.add_argument("--api-key", default=settings.API_KEY.get(),
                    help="require this bearer token; prefer env RADIXSERVE_API_KEY (a flag shows in `ps`)")
     p.add_argument("--metrics-without-key", action="store_true", help="serve /metrics without the API key (for scrapers)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get to finish on SIGTERM")
     p.add_argument("--default-max-tokens", type=int, default=2048,
                    help="max_tokens of a chat request that gives none (capped to the context left)")
+    p.add_argument("--tool-call-parser", default="auto", choices=["auto", "hermes", "llama3", "none"],
+                   help="the model's tool-call format, parsed for tool_choice auto (auto: from its chat template)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -34,7 +36,8 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
-                        default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key)
+                        default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key,
+                        tool_call_parser=args.tool_call_parser)
 
 
 def run(args: argparse.Namespace) -> int:

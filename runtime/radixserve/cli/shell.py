@@ -1,5 +1,6 @@
 """`radixserve shell`: chat with a model in the terminal. The engine runs in this process
-(`Scheduler` plus the server's incremental detokenizer); replies stream as they are generated.
+(`offline/pipeline.py`: the server's admission, stop handling and incremental detokenizer over
+one `Scheduler`); replies stream as they are generated.
 `/help` lists the commands, `/reset` clears the history, `/exit` or Ctrl-D leaves, Ctrl-C cancels
 the reply being written (nothing more of it is printed, and the cancelled turn is not kept)."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ import signal
 import sys
 
 from radixserve.config import add_engine_args
-from radixserve.messages import TokenizeMsg, TokenMsg
+from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
 from radixserve.sampling_params import SamplingParams
 
 HELP = "Type a message. /help shows this, /reset clears the history, /exit (or Ctrl-D) leaves, Ctrl-C cancels a reply."
@@ -19,12 +20,12 @@ HELP = "Type a message. /help shows this, /reset clears the history, /exit (or C
 
 class ChatShell:
     def __init__(self, scheduler, tokenizer, params: SamplingParams, system: str | None) -> None:
-        from radixserve.tokenizer.detokenize import DetokenizeManager
+        from radixserve.offline.pipeline import LocalPipeline
         from radixserve.tokenizer.tokenize import TokenizeManager
 
-        self.scheduler, self.params, self.system = scheduler, params, system
+        self.params, self.system = params, system
         self.tokenize = TokenizeManager(tokenizer)
-        self.detok = DetokenizeManager(tokenizer)
+        self.pipeline = LocalPipeline(scheduler, tokenizer)  # the server's admission and stops
         self.uids = itertools.count(1)
         self.history: list[dict] = []
         self.cancelled = False
@@ -50,34 +51,31 @@ class ChatShell:
         chat = system + self.history + [{"role": "user", "content": text}]
         ids = self.tokenize.tokenize(TokenizeMsg(0, self.params, chat=chat))
         uid = next(self.uids)
-        room = self.scheduler.max_seq_len - len(ids)  # a long history leaves less room to reply
-        try:
-            if room < 1:
-                raise ValueError(f"the conversation ({len(ids)} tokens) fills the context; /reset it")
-            params = dataclasses.replace(self.params, max_tokens=min(self.params.max_tokens, room))
-            self.scheduler.add_request(uid, ids, params)
-        except ValueError as e:
-            out.write(f"[error: {e}]\n")
-            return
-        self.detok.start(uid, self.params.stop, False)
+        # auto: a long history leaves less room to reply (`--max-tokens` is the longest reply)
+        replies = self.pipeline.submit(UserMsg(uid, ids, self.params, auto_max_tokens=True))
         reply, generated, reason = "", 0, None
-        while reason is None:
+        while True:
+            for r in replies:
+                if isinstance(r, RequestFailed):
+                    full = r.code == "context_length_exceeded"
+                    hint = " (/reset clears the history)" if full else ""
+                    out.write(f"[error: {r.message}{hint}]\n")
+                    return
+                if r.uid != uid or self.cancelled:  # NOTE: Ctrl-C during the step: print no more
+                    continue
+                reply, generated = reply + r.text, r.completion_tokens
+                out.write(r.text)
+                out.flush()
+                reason = r.finish_reason if r.finished else None
+            if reason is not None:
+                break
             if self.cancelled:  # checked between steps, so the scheduler is never torn mid-step
-                self.scheduler.abort(uid)
-                self.detok.finish(uid)
+                self.pipeline.abort(uid)
                 reason = "cancelled"
                 break
-            for o in self.scheduler.step():
-                if o.uid != uid or self.cancelled:  # NOTE: Ctrl-C during the step: print no more
-                    continue
-                r, stopped = self.detok.process(TokenMsg(o.uid, o.token_id, o.finished, o.finish_reason, len(ids)))
-                if stopped:
-                    self.scheduler.abort(uid)
-                if r is not None:
-                    reply, generated = reply + r.text, r.completion_tokens
-                    out.write(r.text)
-                    out.flush()
-                    reason = r.finish_reason if r.finished else None
+            replies = self.pipeline.step()
+        while self.pipeline.scheduler.has_work:  # the in-flight batch: the KV back to the cache
+            self.pipeline.step()
         if reason != "cancelled":  # a cancelled turn is not part of the conversation
             self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
         out.write(f"\n[{len(ids)} prompt tokens, {generated} generated, {reason}]\n")

@@ -1,20 +1,23 @@
 """The model on its device with its KV pool and attention backend: batch in, last-token logits out."""
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
 
 import torch
 
-from radixserve.attention import AttnConfig, create_attn_backend
+from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
 from radixserve.config import EngineConfig
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.batch import Batch
 from radixserve.engine.context import forward_batch
-from radixserve.engine.cuda_graph import CudaGraphRunner
+from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.kv_sizing import kv_token_capacity
+from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
+from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.sizing import kv_bytes_per_token
 from radixserve.models.default_model import resolve_model_path
@@ -26,6 +29,15 @@ logger = logging.getLogger(__name__)
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
+
+
+def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
+                  batch: Batch) -> torch.Tensor:
+    """Logits [bs, vocab] of a decode batch (one token per request): what a CUDA graph captures.
+    A module function, given to the graph runner with its arguments bound, so that the runner
+    holds the model and the backend, never the engine."""
+    with forward_batch(batch, attn_backend):
+        return model.compute_logits(model(batch.input_ids, batch.positions))
 
 
 class Engine:
@@ -52,17 +64,29 @@ class Engine:
         hc, tp = self.hf_config, get_tp_info()
         head_dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
         kv_heads = max(1, hc.num_key_value_heads // tp.size)
-        per_token = kv_bytes_per_token(hc.num_hidden_layers, kv_heads, head_dim, self.dtype)
+        self.kv_dtype = resolve_kv_dtype(cfg.kv_cache_dtype, self.dtype)
+        check_kv_dtype_on_device(self.kv_dtype, self.device)
+        scales = self._kv_scales(hc.num_hidden_layers)
+        per_token = kv_bytes_per_token(hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
         want = max_running_requests * _round_up(self.max_seq_len, cfg.page_size)
         tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, per_token, cfg.memory_ratio, want)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest
         self.num_pages = max(1, tokens // cfg.page_size)
         self.kv_pool = MHAKVPool(
             hc.num_hidden_layers, self.num_pages, cfg.page_size, kv_heads, head_dim,
-            self.dtype, self.device,
+            self.kv_dtype, self.device, scales.k, scales.v,
         )
-        logger.info("KV sizing: %d tokens (%.2f GiB) in %.1fs", self.num_pages * cfg.page_size,
-                    self.num_pages * cfg.page_size * per_token / 2**30, time.perf_counter() - t1)
+        vs_model = ""
+        if self.kv_dtype != self.dtype:
+            model_per_token = kv_bytes_per_token(hc.num_hidden_layers, kv_heads, head_dim, self.dtype)
+            vs_model = (f", {model_per_token / per_token:.1f}x the tokens of a "
+                        f"{kv_dtype_name(self.dtype)} cache")
+        logger.info("KV sizing: %d tokens (KV cache %s, %d bytes/token%s, %.2f GiB) in %.1fs",
+                    self.num_pages * cfg.page_size, kv_dtype_name(self.kv_dtype), per_token,
+                    vs_model, self.num_pages * cfg.page_size * per_token / 2**30,
+                    time.perf_counter() - t1)
+        if self.kv_pool.is_fp8:
+            logger.info("KV cache fp8_e4m3 scales (per layer and tensor): %s", scales.describe())
         # one spare row, so a CUDA-graph padding request never aliases a live one
         self.table = TableManager(
             max_running_requests + 1, _round_up(self.max_seq_len, cfg.page_size), self.device
@@ -85,6 +109,14 @@ class Engine:
             cfg.page_size, type(self.attn_backend).__name__,
         )
 
+    def _kv_scales(self, num_layers: int) -> KVScales:
+        """An FP8 cache's scales: the checkpoint's when it has them (random weights have none)."""
+        if self.kv_dtype != torch.float8_e4m3fn:
+            return KVScales.default(num_layers, "not an FP8 cache")
+        if self.cfg.load_format == "dummy":
+            return KVScales.default(num_layers, "random weights have no k_scale/v_scale")
+        return checkpoint_kv_scales(self.model_path, num_layers)
+
     def _make_graph_runner(self, max_bs: int | None, max_running: int) -> CudaGraphRunner | None:
         supports = self.attn_backend.supports_cuda_graph
         if self.device.type != "cuda" or max_bs == 0:
@@ -94,7 +126,10 @@ class Engine:
                 raise ValueError(f"--cuda-graph-max-bs {max_bs}: attention backend "
                                  f"{type(self.attn_backend).__name__} has no CUDA-graph support")
             return None
-        return CudaGraphRunner(self, min(max_bs or 256, max_running))
+        buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.device,
+                                           self.kv_pool.dummy_slot, self.padding_row)
+        forward = functools.partial(decode_logits, self.model, self.attn_backend)
+        return CudaGraphRunner(forward, self.attn_backend, buffer)
 
     @torch.inference_mode()
     def forward_hidden(self, batch: Batch) -> torch.Tensor:

@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 
 
 class KVDestination(NamedTuple):
-    """Where a layer's new k/v go: rows `out_loc` [T] of caches [S, Hkv, D]."""
+    """Where a layer's new k/v go: rows `out_loc` [T] of caches [S, Hkv, D], quantized with the
+    layer's scales when the caches are FP8 (1.0 otherwise)."""
 
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     out_loc: torch.Tensor
+    k_scale: float = 1.0
+    v_scale: float = 1.0
 
 
 def _running() -> tuple[BaseAttnBackend, Batch]:
@@ -43,8 +46,9 @@ class AttentionLayer(nn.Module):
         (then `forward(..., kv_stored=True)`). Under CUDA-graph capture `batch.out_loc` is the
         graph's static buffer, so each replay stores where its batch says."""
         backend, batch = _running()
-        pool = backend.cfg.kv_pool
-        return KVDestination(pool.k_cache(self.layer_id), pool.v_cache(self.layer_id), batch.out_loc)
+        pool, i = backend.cfg.kv_pool, self.layer_id
+        return KVDestination(pool.k_cache(i), pool.v_cache(i), batch.out_loc, pool.k_scale(i),
+                             pool.v_scale(i))
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False

@@ -106,5 +106,6 @@ class RotaryEmbedding(nn.Module):
             q3, k3 = q_norm(q3), k_norm(k3)
         q3, k3 = apply_rotary_ref(q3, k3, positions, self.cos_sin_cache)
         if kv_dest is not None:
-            store_kv_ref(kv_dest.k_cache, kv_dest.v_cache, k3, v3, kv_dest.out_loc)
+            store_kv_ref(kv_dest.k_cache, kv_dest.v_cache, k3, v3, kv_dest.out_loc,
+                         kv_dest.k_scale, kv_dest.v_scale)
         return q3.reshape(t, qw), k3.reshape(t, kw)

@@ -17,9 +17,13 @@ class TokenizeMsg:
     uid: int
     params: SamplingParams
     text: str | None = None  # a plain prompt
-    chat: list[dict] | None = None  # chat messages, content flattened to a string
+    # chat messages, content flattened to a string, tool calls' arguments as JSON text
+    chat: list[dict] | None = None
     input_ids: list[int] | None = None  # already tokenized
     auto_max_tokens: bool = False  # the client gave no limit: the scheduler fills in the context left
+    # the chat's tools (OpenAI's `tools`) as JSON text. NOTE: JSON text, not maps: a client's map
+    # holding the codec's type tag must not be revived as a message on the way
+    tools: str | None = None
 
 
 @message

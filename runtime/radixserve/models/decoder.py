@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from radixserve.kvcache.kv_scales import SKIP_WHEN_LOADING as KV_SCALE_NAMES
 from radixserve.layers import (
     AttentionLayer,
     MergedColumnParallelLinear,
@@ -146,5 +147,6 @@ class DecoderForCausalLM(BaseCausalLM):
         return self.lm_head(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        skip = ("rotary_emb.inv_freq",) + (("lm_head.",) if self.tied else ())
+        # KV-cache scales are read by the engine (`kvcache/kv_scales.py`), not by a layer
+        skip = ("rotary_emb.inv_freq", *KV_SCALE_NAMES) + (("lm_head.",) if self.tied else ())
         load_named_weights(self, weights, self.weight_names, skip)

@@ -12,11 +12,12 @@ class TokenOutput(NamedTuple):
     finish_reason: str | None  # "stop" (EOS / stop token), "length" (max_tokens), "abort"
     logprob: float | None = None  # log-probability of token_id, when the request asked for logprobs
     top_logprobs: list[tuple[int, float]] | None = None  # (token id, logprob), best first
+    prompt_tokens: int = 0  # the request's prompt length (for usage)
 
 
 class RequestFailure(NamedTuple):
-    """A request the scheduler dropped after accepting it, before its first token (its grammar did
-    not compile): the server answers it with this HTTP status, `LLM.generate` raises."""
+    """A request the scheduler dropped after accepting it (its grammar did not compile, or a token
+    broke it): the server answers it with this HTTP status, `LLM.generate` raises."""
 
     uid: int
     message: str  # starts with `param`, as SamplingParams' own errors do

@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -22,16 +21,14 @@ from radixserve.logs import setup_logging
 from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
-    RequestFailed,
-    RequestStarted,
     SchedulerStats,
     TokenBatch,
-    TokenMsg,
     UserMsg,
     make_socket,
     recv_nowait,
     send,
 )
+from radixserve.scheduler import lifecycle
 from radixserve.scheduler.heartbeat import HeartbeatThread
 from radixserve.utils.stack_dump import enable_stack_dumps
 
@@ -42,8 +39,6 @@ logger = logging.getLogger("radixserve.scheduler")
 DEFAULT_SCHEDULER = "radixserve.scheduler.scheduler:Scheduler"
 _IDLE_POLL_MS = 100
 _STATS_EVERY_S = 0.25
-_MEMORY = 1 << 16  # finished / early-aborted uids remembered
-_TOMBSTONE_TTL_S = 120.0
 _STOP = threading.Event()  # set by SIGTERM once serving
 
 
@@ -60,88 +55,34 @@ class _Rank0Inbox:
 
 
 class SchedulerLoop:
+    """A thin adapter: messages in, `scheduler/lifecycle.py` applies them to the scheduler (which
+    owns every decision about a request), messages out to the detokenizer."""
+
     def __init__(self, scheduler, ctx: zmq.Context, addrs: IpcAddresses) -> None:
         self.scheduler, self.ctx, self.addrs = scheduler, ctx, addrs
         self.inbox = _Rank0Inbox(ctx, addrs)
         self.to_detok = make_socket(ctx, zmq.PUSH, addrs.detokenizer, bind=False)
         self.to_api = make_socket(ctx, zmq.PUSH, addrs.frontend, bind=False)
-        self.active: dict[int, int] = {}  # uid -> prompt tokens
-        self.finished: OrderedDict[int, None] = OrderedDict()
-        self.tombstones: dict[int, float] = {}  # aborted before the request itself arrived
         self.last_stats = 0.0
         self.integrity_ok: bool | None = None
 
-    def _remember_finished(self, uid: int) -> None:
-        self.active.pop(uid, None)
-        self.finished[uid] = None
-        if len(self.finished) > _MEMORY:
-            self.finished.popitem(last=False)
-
-    def _fail(self, uid: int, message: str, param: str | None, code: str | None, status: int = 400) -> None:
-        self._remember_finished(uid)
-        send(self.to_detok, RequestFailed(uid, message, param, code, status))
-
-    def _add(self, msg: UserMsg) -> None:
-        if self.tombstones.pop(msg.uid, None) is not None or msg.uid in self.finished:
-            self._remember_finished(msg.uid)
-            return
-        limit, n_in = self.scheduler.max_seq_len, len(msg.input_ids)
-        if n_in == 0:
-            return self._fail(msg.uid, "the prompt is empty", "prompt", None)
-        if msg.auto_max_tokens:  # the server's default limit, capped to the context left
-            msg.params.max_tokens = max(1, min(msg.params.max_tokens, limit - n_in))
-        if n_in + msg.params.max_tokens > limit:
-            return self._fail(
-                msg.uid,
-                f"This model's maximum context length is {limit} tokens, but the request needs "
-                f"{n_in + msg.params.max_tokens} tokens ({n_in} in the prompt, "
-                f"{msg.params.max_tokens} for the completion). Shorten the prompt or max_tokens.",
-                "max_tokens" if n_in < limit else "messages",
-                "context_length_exceeded",
-            )
-        try:
-            self.scheduler.add_request(msg.uid, msg.input_ids, msg.params)
-        except ValueError as e:
-            return self._fail(msg.uid, str(e), str(e).split(" ", 1)[0], None)
-        except Exception:  # a fault of this request alone: it fails, the others keep running
-            logger.exception("scheduler: could not admit request %d", msg.uid)
-            return self._fail(msg.uid, "internal error while admitting the request", None, None, 500)
-        self.active[msg.uid] = n_in
-        send(self.to_detok, RequestStarted(msg.uid, msg.params.stop, msg.params.logprobs is not None))
-
-    def _abort(self, uid: int) -> None:
-        if uid in self.active:
-            self.scheduler.abort(uid)
-            self._remember_finished(uid)
-            send(self.to_detok, AbortMsg(uid))
-        elif uid not in self.finished:
-            self.tombstones[uid] = time.monotonic()
-
     def handle(self, msg: Any) -> None:
         if isinstance(msg, UserMsg):
-            self._add(msg)
+            out = lifecycle.admit(self.scheduler, msg)
         elif isinstance(msg, AbortMsg):
-            self._abort(msg.uid)
+            out = lifecycle.abort(self.scheduler, msg.uid)
         else:
             logger.error("scheduler: unexpected message %r", type(msg).__name__)
+            return
+        if out is not None:
+            send(self.to_detok, out)
 
     def step(self) -> None:
-        outputs = []
-        for out in self.scheduler.step():
-            n_in = self.active.get(out.uid)
-            if n_in is None:  # aborted meanwhile: the request gets nothing more
-                continue
-            top = [list(t) for t in out.top_logprobs] if out.top_logprobs is not None else None
-            outputs.append(
-                TokenMsg(out.uid, out.token_id, out.finished, out.finish_reason, n_in, out.logprob, top)
-            )
-            if out.finished:
-                self._remember_finished(out.uid)
-        if outputs:
-            send(self.to_detok, TokenBatch(outputs))
-        for f in self.scheduler.take_failures():  # e.g. a grammar that did not compile: a 400
-            if f.uid in self.active:
-                self._fail(f.uid, f.message, f.param, None, f.status)
+        tokens, failed = lifecycle.step(self.scheduler)
+        if tokens:
+            send(self.to_detok, TokenBatch(tokens))
+        for f in failed:
+            send(self.to_detok, f)
 
     def _maybe_stats(self, busy: bool) -> None:
         now = time.monotonic()
@@ -157,9 +98,6 @@ class SchedulerLoop:
             except AssertionError as e:
                 logger.error("scheduler: KV/radix integrity check failed: %s", e)
                 self.integrity_ok = False
-        expired = [u for u, t in self.tombstones.items() if now - t > _TOMBSTONE_TTL_S]
-        for uid in expired:
-            del self.tombstones[uid]
         stats = {k: int(v) for k, v in self.scheduler.stats().items()}
         send(self.to_api, SchedulerStats(stats, self.integrity_ok, time.time()))
 

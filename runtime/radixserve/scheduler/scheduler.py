@@ -2,7 +2,8 @@
 engine, samples, finishes and frees. Single-threaded and callable in-process (`LLM`, shell, tests);
 `scheduler/process.py` wraps it in a ZMQ loop.
 
-Overlap scheduling (default; off with RADIXSERVE_DISABLE_OVERLAP=1): `step()` schedules and
+Overlap scheduling (`SchedulerConfig.overlap`, default on; `--disable-overlap` or
+RADIXSERVE_DISABLE_OVERLAP=1 turn it off): `step()` schedules and
 launches batch N+1 before it reads batch N's tokens, so the host's work hides behind the device's.
 Requests that finish in batch N ride along in N+1 (their extra token is discarded) and their KV and
 row are released only once N+1 has completed, since N+1 still writes them.
@@ -12,6 +13,12 @@ is compiled. The mask of batch N+1 needs batch N's tokens, so when N+1 has const
 step reads batch N right after launching N+1's forward, advances the matchers, and fills N+1's
 mask on the host while the device computes N+1; batches without constrained rows keep the full
 overlap.
+
+A request's life is owned here: `add_request` admits it (`admission.py`: every check, once),
+`abort` drops it in any state and in either order with its arrival (`ledger.py`), `step` stops it
+on EOS, a stop token id, `max_tokens` or a complete grammar and releases its KV. Stop *strings*
+are matched on the text, by the detokenizer (`tokenizer/detokenize.py`), which then aborts it.
+`scheduler/lifecycle.py` turns this API into the pipeline's messages for every caller.
 """
 from __future__ import annotations
 
@@ -21,16 +28,17 @@ from pathlib import Path
 
 import torch
 
-from radixserve import settings
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.constrained.manager import GrammarManager
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
 from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
+from radixserve.scheduler.ledger import RequestLedger
 from radixserve.scheduler.output import RequestFailure, TokenOutput
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.req import Req
@@ -40,12 +48,8 @@ logger = logging.getLogger(__name__)
 _IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long for one per step
 
 
-def overlap_enabled() -> bool:
-    return not settings.DISABLE_OVERLAP.get()
-
-
 class Scheduler:
-    def __init__(self, engine: EngineConfig, sched: SchedulerConfig, overlap: bool | None = None) -> None:
+    def __init__(self, engine: EngineConfig, sched: SchedulerConfig) -> None:
         self.cfg = sched
         self.engine = Engine(engine, sched.max_running_requests)
         self.device = self.engine.device
@@ -55,12 +59,15 @@ class Scheduler:
         self.sampler = Sampler(self.device, engine.seed)
         self.eos_ids: set[int] = eos_token_ids(self.engine.model_path)
         self.vocab_size = int(self.engine.hf_config.vocab_size)
-        self.overlap = overlap_enabled() if overlap is None else overlap
+        self.overlap = sched.overlap
+        self.limits = Limits(self.engine.max_seq_len, self.cache.num_pages * engine.page_size,
+                             self.vocab_size)
         self.grammars = GrammarManager(self.model_path, self.vocab_size, self.eos_ids)
         self.auto_admit_grammars = True  # False under TP: the leader's ready list is broadcast
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.reqs: dict[int, Req] = {}
+        self.ledger = RequestLedger()  # uids finished, or aborted before they arrived
         self._inflight: InFlight | None = None
         self._deferred: list[Req] = []  # finished, but the in-flight batch still writes their KV
         self._failures: list[RequestFailure] = []
@@ -84,26 +91,21 @@ class Scheduler:
         return bool(self.waiting or self.running or self._inflight or self._deferred
                     or len(self.grammars))
 
-    def add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
+    def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
+                    auto_max_tokens: bool = False) -> SamplingParams | None:
+        """Admit and queue a request: the parameters it runs with (`max_tokens` filled in when
+        `auto_max_tokens`), None if it was aborted before it arrived (it is dropped), or
+        AdmissionError (a ValueError naming the field) if refused."""
+        if self.ledger.take_tombstone(uid):
+            self.ledger.finished(uid)
+            return None
         if uid in self.reqs:
-            raise ValueError(f"uid: request {uid} is already queued")
-        if len(input_ids) == 0:
-            raise ValueError("input_ids: the prompt is empty")
-        if any(not 0 <= t < self.vocab_size for t in input_ids):
-            raise ValueError(f"input_ids: token ids must be in [0, {self.vocab_size})")
-        params.validate()
-        total = len(input_ids) + params.max_tokens
-        if total > self.max_seq_len:
-            raise ValueError(
-                f"max_tokens: prompt ({len(input_ids)} tokens) + max_tokens ({params.max_tokens})"
-                f" = {total} exceeds the model's context length {self.max_seq_len}"
-            )
-        capacity = self.cache.num_pages * self.engine.page_size
-        if total > capacity:
-            raise ValueError(
-                f"max_tokens: prompt + max_tokens = {total} exceeds the KV cache capacity "
-                f"{capacity} tokens"
-            )
+            raise AdmissionError(f"uid: request {uid} is already queued", "uid")
+        try:
+            params = check_request(input_ids, params, self.limits, auto_max_tokens)
+        except AdmissionError:
+            self.ledger.finished(uid)  # a late abort of it is then a no-op, not a tombstone
+            raise
         req = Req(uid, list(input_ids), params)
         if params.seed is not None:
             req.generator = self.sampler.new_request_generator(params.seed)
@@ -112,12 +114,18 @@ class Scheduler:
             self.grammars.submit(req)  # queued by admit_grammars once compiled
         else:
             self.waiting.append(req)
+        return params
 
-    def abort(self, uid: int) -> None:
-        """Safe in any state: the request is dropped at once and gets no further output."""
+    def abort(self, uid: int) -> bool:
+        """Safe in any state, and before the request arrives: True if a queued or running request
+        was dropped (it gets no further output). An unknown uid is remembered, so that its
+        request is dropped when it comes; a finished one is a no-op."""
         req = self.reqs.pop(uid, None)
         if req is None:
-            return
+            if not self.ledger.is_finished(uid):
+                self.ledger.tombstone(uid)
+            return False
+        self.ledger.finished(uid)
         req.aborted = True
         if req.row < 0:
             if not self.grammars.discard(uid):
@@ -125,6 +133,11 @@ class Scheduler:
             self.aborted_waiting += 1
         else:
             self._retire(req)
+        return True
+
+    def _forget(self, uid: int) -> None:
+        del self.reqs[uid]
+        self.ledger.finished(uid)
 
     def ready_grammars(self) -> list[int]:
         """Requests whose grammar compilation has ended, for `admit_grammars`."""
@@ -139,7 +152,7 @@ class Scheduler:
         ready, failed = self.grammars.admit(uids)
         self.waiting.extend(ready)
         for f in failed:
-            del self.reqs[f.uid]
+            self._forget(f.uid)
         self._failures += failed
         return [f.uid for f in failed]
 
@@ -147,7 +160,7 @@ class Scheduler:
         """A TP follower: forget the requests whose grammar failed on rank 0 (it reports them)."""
         for uid in uids:
             self.grammars.discard(uid)
-            del self.reqs[uid]
+            self._forget(uid)
 
     def take_failures(self) -> list[RequestFailure]:
         """Requests dropped since the last call, before their first token: each gets an error
@@ -240,10 +253,11 @@ class Scheduler:
                 k = req.params.logprobs
                 lp = float(res.chosen_logprob[i])
                 top = list(zip(res.top_ids[i, :k].tolist(), res.top_logprobs[i, :k].tolist()))
-            outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top))
+            outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
+                                       req.prompt_len))
             if reason is not None:
                 req.finished = True
-                del self.reqs[req.uid]
+                self._forget(req.uid)
                 self._retire(req)
         return outputs
 
@@ -253,7 +267,7 @@ class Scheduler:
         self._failures.append(RequestFailure(
             req.uid, f"{param}: internal error: a sampled token broke the grammar", param, 500))
         req.finished = True
-        del self.reqs[req.uid]
+        self._forget(req.uid)
         self._retire(req)
 
     def _finish_reason(self, req: Req, tok: int) -> str | None:

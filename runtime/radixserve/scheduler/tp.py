@@ -56,9 +56,7 @@ def release_cuda_graphs(sched: Scheduler) -> None:
     import torch
 
     torch.cuda.synchronize(sched.device)
-    for graph, _ in runner.graphs.values():
-        graph.reset()
-    runner.graphs.clear()
+    runner.destroy()
     sched.engine.graph_runner = None
 
 
@@ -90,13 +88,22 @@ class TPLeader:
     def __getattr__(self, name: str):
         return getattr(self.sched, name)
 
-    def add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
-        self.sched.add_request(uid, input_ids, params)  # validates first: followers never fail
-        self._pending.append(["add", uid, list(input_ids), dataclasses.asdict(params)])
+    def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
+                    auto_max_tokens: bool = False) -> SamplingParams | None:
+        """Rank 0 admits (so followers never refuse) and the followers get the parameters it
+        admitted with: the same `max_tokens` on every rank."""
+        admitted = self.sched.add_request(uid, input_ids, params, auto_max_tokens=auto_max_tokens)
+        if admitted is not None:
+            self._pending.append(["add", uid, list(input_ids), dataclasses.asdict(admitted)])
+        return admitted
 
-    def abort(self, uid: int) -> None:
-        self.sched.abort(uid)
-        self._pending.append(["abort", uid])
+    def abort(self, uid: int) -> bool:
+        """NOTE: only an abort that dropped a live request is broadcast; one that overtook its
+        request is remembered by rank 0 alone, which then never broadcasts that request."""
+        dropped = self.sched.abort(uid)
+        if dropped:
+            self._pending.append(["abort", uid])
+        return dropped
 
     def step(self) -> list[TokenOutput]:
         if (dead := self.dead_follower()) is not None:

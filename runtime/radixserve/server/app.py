@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.access_log import AccessLogMiddleware
+from radixserve.server.constraints import check_json_schema
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
@@ -84,6 +86,8 @@ def create_app(state: ServerState) -> FastAPI:
             params = SamplingParams(**fields)
         except ValueError as e:
             raise bad_value(e) from None
+        if params.json_schema is not None:
+            check_json_schema(json.loads(params.json_schema), "json_schema")
         d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, 1, False)
         if not req.stream:
             return _generate_result((await d.collect(raw))[0])

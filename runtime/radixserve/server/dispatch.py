@@ -3,7 +3,6 @@ at once or as a stream of events; server-sent events framing."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from radixserve.messages import TokenizeMsg, TokenLogprob, UserReply
-from radixserve.sampling_params import SamplingParams
+from radixserve.sampling_params import SamplingParams, choice_params
 from radixserve.server.access_log import current_access
 from radixserve.server.errors import APIError, error_body
 from radixserve.server.frontend import Frontend, RequestStream
@@ -27,6 +26,7 @@ class Prompt:
     text: str | None = None
     chat: list[dict] | None = None
     input_ids: list[int] | None = None
+    tools: str | None = None  # chat: the tools for the template, as JSON text
 
 
 @dataclass
@@ -56,13 +56,16 @@ def usage(choices: list[Choice], n: int) -> dict:
 
 
 class Dispatch:
-    def __init__(self, frontend: Frontend, prompts: list[Prompt], params: SamplingParams, n: int, auto_max_tokens: bool) -> None:
-        self.frontend, self.n = frontend, n
+    def __init__(self, frontend: Frontend, prompts: list[Prompt], params: SamplingParams, n: int, auto_max_tokens: bool,
+                 names: dict[str, str] | None = None) -> None:
+        """`names`: the request's name of an engine field (`json_schema` → `response_format`), for
+        the `param` of a failure the pipeline reports."""
+        self.frontend, self.n, self.names = frontend, n, names or {}
         self.msgs: list[TokenizeMsg] = []
         for prompt in prompts:
-            for j in range(n):
-                p = dataclasses.replace(params, seed=None if params.seed is None else params.seed + j)
-                self.msgs.append(TokenizeMsg(frontend.new_uid(), p, prompt.text, prompt.chat, prompt.input_ids, auto_max_tokens))
+            for p in choice_params(params, n):  # as `LLM`'s n: the same choices
+                self.msgs.append(TokenizeMsg(frontend.new_uid(), p, prompt.text, prompt.chat, prompt.input_ids,
+                                             auto_max_tokens, prompt.tools))
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
         self.access = current_access.get()  # the HTTP request's record, for its access line
@@ -82,6 +85,18 @@ class Dispatch:
 
     async def _next(self, raw: Request | None) -> UserReply | None:
         """The next reply, or None as soon as the client is gone (checked while waiting)."""
+        try:
+            return await self._wait(raw)
+        except APIError as e:
+            name = self.names.get(e.param or "")
+            if name is not None:
+                assert e.param is not None
+                if e.message.startswith(e.param):  # "json_schema: could not compile …"
+                    e.message = name + e.message[len(e.param):]
+                e.param = name
+            raise
+
+    async def _wait(self, raw: Request | None) -> UserReply | None:
         assert self.stream is not None
         if raw is None:
             return await self.stream.next()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import uvicorn
 
+from radixserve import settings
 from radixserve.config import ServerConfig
 from radixserve.messages import IpcAddresses
 from radixserve.models.default_model import resolve_model_path
@@ -134,15 +135,19 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
     try:
         children = _spawn_children(cfg, model_path, addrs, ack, scheduler_class)
         try:
-            info = _wait_for_acks(children, ack, float(os.environ.get("RADIXSERVE_STARTUP_TIMEOUT", "900")))
+            info = _wait_for_acks(children, ack, settings.STARTUP_TIMEOUT.get())
         except RuntimeError as e:
             logger.error("radixserve: startup failed: %s", e)
             return 1
         logger.info("startup: every process ready in %.1fs", time.perf_counter() - t0)
         name = cfg.served_model_name or cfg.engine.model or Path(model_path).name
         metrics = ServerMetrics()
+        parser = info.get("tool_parser") if cfg.tool_call_parser == "auto" else cfg.tool_call_parser
         state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
-                            cfg.default_max_tokens, cfg.metrics_without_key)
+                            cfg.default_max_tokens, cfg.metrics_without_key,
+                            tool_parser=None if parser == "none" else parser)
+        logger.info("tool calls of tool_choice auto: %s", f"parsed as {parser}" if state.tool_parser
+                    else "not parsed (no tool-call format in the chat template)")
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(
             create_app(state), host=cfg.host, port=cfg.port, log_config=None, access_log=False,
             timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout))))

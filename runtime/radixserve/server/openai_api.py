@@ -11,6 +11,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.chat_output import ChatOutput
+from radixserve.server.constraints import Constraint, request_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
 from radixserve.server.protocol import (
@@ -20,13 +22,15 @@ from radixserve.server.protocol import (
     SamplingFields,
 )
 from radixserve.server.state import ServerState, StateDep
+from radixserve.server.tools import ToolPlan, plan_tools
 
 router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
 
 
 def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
-                 names: dict[str, str] | None = None) -> SamplingParams:
-    """`names`: the request's name of an engine field, for the error's `param`."""
+                 names: dict[str, str] | None = None, grammar: Constraint | None = None) -> SamplingParams:
+    """`names`: the request's name of an engine field, for the error's `param`; `grammar`: the
+    constraint on the output."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
         return SamplingParams(
@@ -36,6 +40,7 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
             stop_token_ids=list(req.stop_token_ids or []),
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             repetition_penalty=req.repetition_penalty, logprobs=logprobs,
+            **({grammar.kind: grammar.value} if grammar is not None else {}),
         )
     except ValueError as e:
         raise bad_value(e, names) from None
@@ -47,6 +52,8 @@ def _check_model(state: ServerState, model: str | None) -> None:
 
 
 def _chat_messages(req: ChatCompletionRequest) -> list[dict]:
+    """The messages as the chat template takes them: `content` a string ("" for none, which every
+    template accepts), assistant `tool_calls` and the tool's `tool_call_id` kept."""
     out = []
     for i, m in enumerate(req.messages):
         content = m.content
@@ -54,7 +61,18 @@ def _chat_messages(req: ChatCompletionRequest) -> list[dict]:
             if any(p.type != "text" or p.text is None for p in content):
                 raise APIError(400, "only text content parts are supported", f"messages.{i}.content")
             content = "".join(p.text or "" for p in content)
-        out.append({"role": m.role, "content": content or ""})
+        msg: dict = {"role": m.role, "content": content or ""}
+        if m.name is not None:
+            msg["name"] = m.name
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise APIError(400, "only assistant messages carry tool_calls", f"messages.{i}.tool_calls")
+            msg["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+        if m.role == "tool":
+            if m.tool_call_id is None:
+                raise APIError(400, "a tool message needs the tool_call_id it answers", f"messages.{i}.tool_call_id")
+            msg["tool_call_id"] = m.tool_call_id
+        out.append(msg)
     return out
 
 
@@ -91,52 +109,75 @@ def _completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict:
 
 
 async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
-               auto_max: bool, kind: str, with_logprobs: bool):
-    d = Dispatch(state.frontend, prompts, params, req.n, auto_max)
+               auto_max: bool, kind: str, with_logprobs: bool, names: dict[str, str], tools: ToolPlan | None = None):
+    d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names)
     rid, created = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
     head = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion",
             "created": created, "model": state.model_name}
+    plan = tools or ToolPlan("none")
     if not req.stream:
         choices = await d.collect(raw)
-        return head | {"choices": [_choice(kind, c, with_logprobs) for c in choices], "usage": usage(choices, req.n)}
+        return head | {"choices": [_choice(kind, c, with_logprobs, plan) for c in choices], "usage": usage(choices, req.n)}
     first = await d.start(raw)
     if first is None:
         return Response(status_code=204)  # the client is gone: nobody reads this
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    events = _stream(d, first, raw, head, kind, with_logprobs, include_usage, req.n)
+    if kind == "chat":
+        events = _chat_stream(d, first, raw, head, with_logprobs, include_usage, req.n, plan)
+    else:
+        events = _completion_stream(d, first, raw, head, with_logprobs, include_usage, req.n)
     return StreamingResponse(ending_properly(events), media_type="text/event-stream")
 
 
-def _choice(kind: str, c: Choice, with_logprobs: bool) -> dict:
+def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan) -> dict:
     if kind == "chat":
         lp = _chat_logprobs(c.logprobs) if with_logprobs else None
-        return {"index": c.index, "message": {"role": "assistant", "content": c.text}, "logprobs": lp, "finish_reason": c.finish_reason}
+        out = ChatOutput(plan.new_parser())
+        out.feed(c.text, final=True)
+        return {"index": c.index, "message": out.message(), "logprobs": lp, "finish_reason": out.finish_reason(c.finish_reason)}
     lp = _completion_logprobs(c.logprobs, 0) if with_logprobs else None
     return {"index": c.index, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
 
 
-async def _stream(d: Dispatch, first: UserReply, raw: Request, head: dict, kind: str, with_logprobs: bool,
-                  include_usage: bool, n: int) -> AsyncIterator[str]:
-    head = head | {"object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
+async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
+                       include_usage: bool, n: int, plan: ToolPlan) -> AsyncIterator[str]:
+    head = head | {"object": "chat.completion.chunk"}
     extra = {"usage": None} if include_usage else {}
     choices = [Choice(i) for i in range(len(d.msgs))]
-    if kind == "chat":
-        for c in choices:
-            yield sse(head | {"choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]} | extra)
+    outputs = [ChatOutput(plan.new_parser()) for _ in choices]
+    opening = {"role": "assistant", "content": None if plan.forced else ""}  # a forced call has no content
+    for c in choices:
+        yield sse(head | {"choices": [{"index": c.index, "delta": opening, "logprobs": None, "finish_reason": None}]} | extra)
+    async for i, r in d.events(first, raw):
+        choices[i].add(r)
+        # A reply with tokens is sent even when its text is empty (a character still incomplete,
+        # text held back by a stop string or as a possible tool call), as sglang does: clients
+        # time tokens, not characters.
+        deltas = outputs[i].feed(r.text, final=r.finished)
+        if not deltas and not r.token_ids and not r.finished:
+            continue
+        lp = _chat_logprobs(r.logprobs or []) if with_logprobs else None
+        for j, delta in enumerate(deltas or [{}]):
+            last = j == max(len(deltas), 1) - 1
+            reason = outputs[i].finish_reason(r.finish_reason) if r.finished and last else None
+            yield sse(head | {"choices": [{"index": i, "delta": delta, "logprobs": lp if j == 0 else None,
+                                           "finish_reason": reason}]} | extra)
+    if include_usage:
+        yield sse(head | {"choices": [], "usage": usage(choices, n)})
+    yield sse("[DONE]")
+
+
+async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
+                             include_usage: bool, n: int) -> AsyncIterator[str]:
+    extra = {"usage": None} if include_usage else {}
+    choices = [Choice(i) for i in range(len(d.msgs))]
     async for i, r in d.events(first, raw):
         offset = len(choices[i].text)
         choices[i].add(r)
-        # A reply with tokens is sent even when its text is empty (a character still incomplete,
-        # text held back by a stop string), as sglang does: clients time tokens, not characters.
         if not r.text and not r.token_ids and not r.finished:
-            continue
-        if kind == "chat":
-            lp = _chat_logprobs(r.logprobs or []) if with_logprobs else None
-            delta = {"content": r.text} if r.text else {}
-            choice = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
-        else:
-            lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
-            choice = {"index": i, "text": r.text, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
+            continue  # a reply with tokens is sent even when its text is empty (as for chat)
+        lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
+        choice = {"index": i, "text": r.text, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
         yield sse(head | {"choices": [choice]} | extra)
     if include_usage:
         yield sse(head | {"choices": [], "usage": usage(choices, n)})
@@ -149,12 +190,19 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
+    plan = plan_tools(req, state.tool_parser)
+    grammar = request_constraint(req)
+    if plan.forced and grammar is not None:  # the call's arguments are the constrained output
+        field = grammar.field.split(".")[0]
+        raise APIError(400, f"{field} cannot be combined with tool_choice {plan.mode}", field)
+    grammar = plan.constraint or grammar
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
+    names |= grammar.names if grammar is not None else {}
     params = build_params(req, state.default_max_tokens if limit is None else limit,
-                          (req.top_logprobs or 0) if req.logprobs else None, names)
-    prompts = [Prompt(chat=_chat_messages(req))]
-    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs)
+                          (req.top_logprobs or 0) if req.logprobs else None, names, grammar)
+    prompts = [Prompt(chat=_chat_messages(req), tools=plan.tools_json)]
+    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan)
 
 
 @router.post("/v1/completions")
@@ -162,12 +210,14 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     _check_model(state, req.model)
     if req.echo:
         raise APIError(400, "echo is not supported", "echo")
-    params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs)
+    grammar = request_constraint(req)
+    names = grammar.names if grammar is not None else {}
+    params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names, grammar)
     prompts = _completion_prompts(req)
     _reject_empty(prompts)
     if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue
         raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * req.n}", "n")
-    return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None)
+    return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None, names)
 
 
 @router.get("/v1/models")

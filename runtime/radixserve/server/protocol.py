@@ -7,7 +7,7 @@ and ignored, as OpenAI's clients send fields this server lacks.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -17,6 +17,8 @@ MAX_N = 64
 MAX_PROMPTS = 64
 MAX_STOP = 16
 MAX_LOGPROBS = 20
+MAX_TOOLS = 128
+MAX_GRAMMAR_CHARS = 1 << 16  # a regex or EBNF grammar; JSON schemas are bounded by the body size
 
 
 def _unicode(s: str) -> str:
@@ -32,6 +34,9 @@ StopString = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
 Prompt = StopString  # a prompt is never empty either
 TokenId = Annotated[int, Field(ge=0, le=MAX_INT32)]
 Stop = StopString | Annotated[list[StopString], Field(max_length=MAX_STOP)] | None
+# OpenAI's rule for function and schema names
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+Grammar = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS), AfterValidator(_unicode)]
 
 
 class _Strict(BaseModel):
@@ -66,19 +71,80 @@ class TextPart(_Strict):
     text: Text | None = None
 
 
+class JsonSchemaFormat(_Strict):
+    name: Name
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # None: any JSON object
+    strict: bool | None = None  # the schema is always enforced
+    description: Text | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class ConstraintFields(_Strict):
+    """Structured output: OpenAI's `response_format`, SGLang's `regex` and `ebnf`; at most one."""
+
+    response_format: ResponseFormat | None = None
+    regex: Grammar | None = None
+    ebnf: Grammar | None = None
+
+
+class FunctionCall(_Strict):
+    name: Text
+    arguments: Text  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Strict):
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: Text | list[TextPart] | None = None
+    name: Text | None = None
+    tool_calls: list[ToolCall] | None = None  # assistant only
+    tool_call_id: Text | None = None  # tool only
 
 
-class ChatCompletionRequest(SamplingFields):
+class FunctionDefinition(_Strict):
+    name: Name
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; None: no parameters
+    strict: bool | None = None  # the schema is always enforced when the call is
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: Text
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class ChatCompletionRequest(SamplingFields, ConstraintFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = None  # None: "auto" with tools, else "none"
+    parallel_tool_calls: bool = True
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(SamplingFields, ConstraintFields):
     prompt: (Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)]
              | Annotated[list[TokenId], Field(min_length=1)]
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
@@ -104,6 +170,9 @@ class GenerateSampling(_Strict):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
+    regex: Grammar | None = None
+    ebnf: Grammar | None = None
 
 
 class GenerateRequest(_Strict):

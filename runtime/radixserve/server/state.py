@@ -3,20 +3,18 @@ limits and the health of the child processes."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from radixserve import settings
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
 
 # No heartbeat for this long: the scheduler process is dead or frozen (its heartbeat thread runs
 # whatever its loop does). One loop iteration running this long: the scheduler is stuck.
-HEARTBEAT_TIMEOUT_S = float(os.environ.get("RADIXSERVE_HEARTBEAT_TIMEOUT_S", "5"))
-STUCK_STEP_S = float(os.environ.get("RADIXSERVE_STUCK_STEP_S", "600"))
 DEFAULT_MAX_TOKENS = 2048
 
 
@@ -30,6 +28,7 @@ class ServerState:
     api_key: str | None = None
     default_max_tokens: int = DEFAULT_MAX_TOKENS  # a chat request without max_tokens
     metrics_open: bool = False  # /metrics without the key
+    tool_parser: str | None = None  # the model's tool-call format (`tool_parsers.AUTO_PARSERS`)
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor
     shutting_down: bool = False
@@ -41,9 +40,9 @@ class ServerState:
             return f"child process {self.dead_child} died"
         if self.shutting_down:
             return "shutting down"
-        if self.frontend.heartbeat_age() > HEARTBEAT_TIMEOUT_S:
+        if self.frontend.heartbeat_age() > settings.HEARTBEAT_TIMEOUT_S.get():
             return f"no scheduler heartbeat for {self.frontend.heartbeat_age():.1f}s"
-        if self.frontend.step_age > STUCK_STEP_S:
+        if self.frontend.step_age > settings.STUCK_STEP_S.get():
             return f"the scheduler has been stuck in one step for {self.frontend.step_age:.0f}s"
         return None
 

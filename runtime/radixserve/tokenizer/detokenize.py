@@ -1,14 +1,30 @@
 """Incremental detokenization: per request, decode a small window of recent tokens and emit only
 complete characters (a window ending in U+FFFD still lacks bytes of a multi-byte character),
 skipping special tokens and applying stop strings. Outputs for requests already finished are
-ignored (NOTE: upstream created fresh state for a token arriving after EOS and never freed it)."""
+ignored (NOTE: upstream created fresh state for a token arriving after EOS and never freed it).
+
+`handle` takes the scheduler's messages as they come, and is all the detokenizer process does
+with them (`tokenizer/worker.py`); the in-process engine (`offline/pipeline.py`) calls it too, so
+`LLM` and the server stop and decode alike."""
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
-from radixserve.messages import TokenLogprob, TokenMsg, UserReply
+from radixserve.messages import (
+    AbortMsg,
+    RequestFailed,
+    RequestStarted,
+    TokenBatch,
+    TokenLogprob,
+    TokenMsg,
+    UserReply,
+)
 from radixserve.tokenizer.stop import StopStringMatcher
+
+logger = logging.getLogger("radixserve.tokenizer")
 
 _FINISHED_MEMORY = 1 << 16  # how many finished uids to remember (uids are never reused)
 _MAX_HELD = 4  # a UTF-8 character has at most 4 bytes: bytes held this long are invalid, not split
@@ -92,3 +108,36 @@ class DetokenizeManager:
         if finished:
             self.finish(out.uid)
         return reply, stopped and not out.finished
+
+    def handle(self, msg: Any) -> tuple[list[UserReply | RequestFailed], list[int]]:
+        """One message from the scheduler → (replies for the caller, uids the scheduler must
+        abort: a stop string matched, or detokenizing failed)."""
+        replies: list[UserReply | RequestFailed] = []
+        aborts: list[int] = []
+        if isinstance(msg, TokenBatch):
+            for out in msg.outputs:
+                try:
+                    reply, stopped = self.process(out)
+                except Exception:  # fail this request alone and stop its generation
+                    logger.exception("detokenizer: could not detokenize request %d", out.uid)
+                    self.finish(out.uid)
+                    replies.append(RequestFailed(out.uid, "internal error while detokenizing",
+                                                 status=500))
+                    aborts.append(out.uid)
+                    continue
+                if reply is not None:
+                    replies.append(reply)
+                if stopped:  # free the request's KV now, not at max_tokens
+                    aborts.append(out.uid)
+        elif isinstance(msg, RequestStarted):
+            self.start(msg.uid, msg.stop, msg.logprobs)
+        elif isinstance(msg, AbortMsg):
+            if self.is_active(msg.uid) or msg.uid not in self.finished:
+                self.finish(msg.uid)
+                replies.append(UserReply(msg.uid, "", [], True, "abort"))
+        elif isinstance(msg, RequestFailed):
+            self.finish(msg.uid)
+            replies.append(msg)
+        else:
+            logger.error("detokenizer: unexpected message %r", type(msg).__name__)
+        return replies, aborts

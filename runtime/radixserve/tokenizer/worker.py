@@ -15,16 +15,14 @@ from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
     RequestFailed,
-    RequestStarted,
-    TokenBatch,
     TokenizeMsg,
     UserMsg,
-    UserReply,
     decode,
     make_socket,
     recv_nowait,
     send,
 )
+from radixserve.server.auto_tool_parsers import detect_tool_parser
 from radixserve.tokenizer.detokenize import DetokenizeManager
 from radixserve.tokenizer.tokenize import TokenizeManager
 
@@ -67,33 +65,11 @@ class TokenizerWorker:
 
     def _detokenize(self, msgs: list[Any]) -> None:
         replies: list[Any] = []
-        d = self.detokenizer
-        for msg in msgs:
-            if isinstance(msg, TokenBatch):
-                for out in msg.outputs:
-                    try:
-                        reply, stopped = d.process(out)
-                    except Exception:  # fail this request alone and stop its generation
-                        logger.exception("detokenizer: could not detokenize request %d", out.uid)
-                        d.finish(out.uid)
-                        replies.append(RequestFailed(out.uid, "internal error while detokenizing", status=500))
-                        send(self.to_scheduler, AbortMsg(out.uid))
-                        continue
-                    if reply is not None:
-                        replies.append(reply)
-                    if stopped:  # free the request's KV now, not at max_tokens
-                        send(self.to_scheduler, AbortMsg(out.uid))
-            elif isinstance(msg, RequestStarted):
-                d.start(msg.uid, msg.stop, msg.logprobs)
-            elif isinstance(msg, AbortMsg):
-                if d.is_active(msg.uid) or msg.uid not in d.finished:
-                    d.finish(msg.uid)
-                    replies.append(UserReply(msg.uid, "", [], True, "abort"))
-            elif isinstance(msg, RequestFailed):
-                d.finish(msg.uid)
-                replies.append(msg)
-            else:
-                logger.error("detokenizer: unexpected message %r", type(msg).__name__)
+        for msg in msgs:  # NOTE: `LLM` handles the same messages in-process (offline/pipeline.py)
+            out, aborts = self.detokenizer.handle(msg)
+            replies += out
+            for uid in aborts:
+                send(self.to_scheduler, AbortMsg(uid))
         if replies:
             send(self.to_api, replies)
 
@@ -124,7 +100,9 @@ def run_tokenizer_process(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
     setup_logging(name)
     t0 = time.perf_counter()
-    worker = TokenizerWorker(load_tokenizer(model_path), zmq.Context(), addrs, tokenize, detokenize)
+    tokenizer = load_tokenizer(model_path)
+    worker = TokenizerWorker(tokenizer, zmq.Context(), addrs, tokenize, detokenize)
     logger.info("tokenizer loaded in %.1fs", time.perf_counter() - t0)
-    ack_queue.put((name, {}))
+    # the API parses tool calls in the format the chat template teaches (it loads no tokenizer)
+    ack_queue.put((name, {"tool_parser": detect_tool_parser(getattr(tokenizer, "chat_template", None))}))
     worker.run_forever(parent_pid)

@@ -1,0 +1,58 @@
+"""Admission: every check a request passes before it is queued, in one place. The ZMQ loop, `LLM`,
+the shell, the benches and the TP leader all reach it through `Scheduler.add_request`, so a
+request is accepted or refused alike whichever way it came. (A grammar's compilation is the one
+check that cannot finish here: it fails later through `Scheduler.take_failures`.)"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from radixserve.sampling_params import SamplingParams
+
+
+class AdmissionError(ValueError):
+    """A request refused before any work: the server's 4xx, `LLM`'s ValueError. The message starts
+    with the field at fault, as SamplingParams' own errors do."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None,
+                 status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code, self.status = message, param, code, status
+
+
+class Limits(NamedTuple):
+    max_seq_len: int  # the model's context length
+    kv_capacity: int  # tokens the KV pool holds (a request reserves all it may need at admission)
+    vocab_size: int
+
+
+def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
+                  auto_max_tokens: bool = False) -> SamplingParams:
+    """The parameters the request runs with, or AdmissionError. `auto_max_tokens`: the caller gave
+    no limit, so `params.max_tokens` (a default) is capped to the room left after the prompt.
+    `params` is never modified (one object may serve many prompts)."""
+    n_in = len(input_ids)
+    if n_in == 0:
+        raise AdmissionError("input_ids: the prompt is empty", "prompt")
+    if any(not 0 <= t < limits.vocab_size for t in input_ids):
+        raise AdmissionError(f"input_ids: token ids must be in [0, {limits.vocab_size})",
+                             "input_ids")
+    try:
+        params.validate()
+    except ValueError as e:
+        raise AdmissionError(str(e), str(e).split(" ", 1)[0]) from None
+    if auto_max_tokens:
+        room = min(limits.max_seq_len, limits.kv_capacity) - n_in
+        params = dataclasses.replace(params, max_tokens=max(1, min(params.max_tokens, room)))
+    total = n_in + params.max_tokens
+    if total > limits.max_seq_len:
+        raise AdmissionError(
+            f"This model's maximum context length is {limits.max_seq_len} tokens, but the request "
+            f"needs {total} tokens ({n_in} in the prompt, {params.max_tokens} for the "
+            f"completion). Shorten the prompt or max_tokens.",
+            "max_tokens" if n_in < limits.max_seq_len else "messages", "context_length_exceeded")
+    if total > limits.kv_capacity:
+        raise AdmissionError(
+            f"max_tokens: prompt + max_tokens = {total} exceeds the KV cache capacity "
+            f"{limits.kv_capacity} tokens", "max_tokens")
+    return params

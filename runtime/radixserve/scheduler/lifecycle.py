@@ -1,0 +1,63 @@
+"""The `Scheduler`'s request API as the pipeline's messages: what the scheduler process sends the
+detokenizer (`scheduler/process.py`) and what the in-process engine feeds its own detokenizer
+(`radixserve/offline/pipeline.py`). One set of functions for both, so a request is admitted,
+aborted, stopped and reported alike whether it came over HTTP or through `LLM`.
+
+Where each decision lives:
+- admission (every check, `max_tokens` auto-fill): `Scheduler.add_request` (`admission.py`)
+- abort before or after arrival: `Scheduler.abort` (`ledger.py`)
+- EOS, stop token ids, `max_tokens`, a complete grammar: `Scheduler.step`
+- stop strings: the detokenizer (`tokenizer/detokenize.py`), which sees the text; it asks for an
+  abort, which frees the KV at once
+- grammar compile failures: `Scheduler.take_failures`
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from radixserve.messages import AbortMsg, RequestFailed, RequestStarted, TokenMsg, UserMsg
+from radixserve.scheduler.admission import AdmissionError
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.output import TokenOutput
+    from radixserve.scheduler.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+
+def admit(sched: Scheduler, msg: UserMsg) -> RequestStarted | RequestFailed | None:
+    """Queue the request: RequestStarted (the detokenizer's cue, with its stop strings),
+    RequestFailed (refused; its 4xx), or None (its abort came first: it is dropped silently)."""
+    try:
+        params = sched.add_request(msg.uid, msg.input_ids, msg.params,
+                                   auto_max_tokens=msg.auto_max_tokens)
+    except AdmissionError as e:
+        return RequestFailed(msg.uid, e.message, e.param, e.code, e.status)
+    except Exception:  # a fault of this request alone: it fails, the others keep running
+        logger.exception("scheduler: could not admit request %d", msg.uid)
+        return RequestFailed(msg.uid, "internal error while admitting the request", status=500)
+    if params is None:
+        return None
+    return RequestStarted(msg.uid, params.stop, params.logprobs is not None)
+
+
+def abort(sched: Scheduler, uid: int) -> AbortMsg | None:
+    """Drop the request in any state: AbortMsg (the detokenizer ends its reply with "abort") if it
+    was live, None if it had finished or has not arrived yet."""
+    return AbortMsg(uid) if sched.abort(uid) else None
+
+
+def token_msg(out: TokenOutput) -> TokenMsg:
+    top = [list(t) for t in out.top_logprobs] if out.top_logprobs is not None else None
+    return TokenMsg(out.uid, out.token_id, out.finished, out.finish_reason, out.prompt_tokens,
+                    out.logprob, top)
+
+
+def step(sched: Scheduler) -> tuple[list[TokenMsg], list[RequestFailed]]:
+    """One scheduler step: the tokens it produced, then the requests it failed (a grammar that did
+    not compile: its 400; a token that broke one: its 500)."""
+    tokens = [token_msg(o) for o in sched.step()]
+    failed = [RequestFailed(f.uid, f.message, f.param, None, f.status)
+              for f in sched.take_failures()]
+    return tokens, failed
