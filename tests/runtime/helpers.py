@@ -62,3 +62,17 @@ def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
     )
     hidden = engine.forward_hidden(batch)
     return list(engine.model.compute_logits(hidden).float().split(lens))
+
+
+def drain(s, limit: int = 10_000) -> dict[int, list]:
+    """Step the scheduler `s` until it has no work; its outputs per uid. Checks that it ends
+    with nothing held (KV and rows all returned, no request left running or waiting)."""
+    out: dict[int, list] = {}
+    for _ in range(limit):
+        if not s.has_work:
+            s.check_integrity()
+            assert s.stats()["running"] == s.stats()["waiting"] == 0
+            return out
+        for o in s.step():
+            out.setdefault(o.uid, []).append(o)
+    raise AssertionError("scheduler did not drain")

@@ -19,7 +19,7 @@ from radixserve import LLM, SamplingParams
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.messages import UserMsg, decode, encode
 from radixserve.scheduler.scheduler import Scheduler
-from tests.runtime.helpers import random_prompts
+from tests.runtime.helpers import drain, random_prompts
 
 SCHEMA = json.dumps({"type": "object", "properties": {
     "a": {"type": "integer"}, "b": {"type": "string", "maxLength": 4}}, "required": ["a", "b"]})
@@ -65,16 +65,6 @@ def make(path, overlap: bool, page_size: int = 1, **sched) -> Scheduler:
     return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 8, "overlap": overlap, **sched}))
 
 
-def drain(s: Scheduler, limit: int = 5_000) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for _ in range(limit):
-        if not s.has_work:
-            s.check_integrity()
-            assert s.stats()["running"] == s.stats()["waiting"] == 0
-            return out
-        for o in s.step():
-            out.setdefault(o.uid, []).append(o)
-    raise AssertionError("scheduler did not drain")
 
 
 @pytest.fixture(scope="module")

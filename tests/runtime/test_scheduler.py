@@ -7,7 +7,7 @@ import pytest
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
-from tests.runtime.helpers import random_prompts
+from tests.runtime.helpers import drain, random_prompts
 
 
 def make(path, overlap: bool, **sched) -> Scheduler:
@@ -15,14 +15,6 @@ def make(path, overlap: bool, **sched) -> Scheduler:
     return Scheduler(eng, SchedulerConfig(**{"max_running_requests": 4, "overlap": overlap, **sched}))
 
 
-def drain(s: Scheduler, limit: int = 10_000) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for _ in range(limit):
-        if not s.has_work:
-            return out
-        for o in s.step():
-            out.setdefault(o.uid, []).append(o)
-    raise AssertionError("scheduler did not drain")
 
 
 @pytest.fixture(scope="module")
