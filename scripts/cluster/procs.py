@@ -74,6 +74,11 @@ def _is_ours(pid: int, binary: str | None) -> bool:
 def running(state: Path, name: str, binary: str | None = None) -> int | None:
     """The pid of ``name`` if its pidfile points at a live process (running ``binary``)."""
     pid = read_pid(state, name)
+    child = _CHILDREN.get(pid) if pid is not None else None
+    if child is not None:
+        # our own child: alive until it exits, whatever /proc shows (under load a just-started
+        # child was once read with another argv and called dead while it came up)
+        return pid if child.poll() is None else None
     if pid is not None and _is_ours(pid, binary):
         return pid
     return None
