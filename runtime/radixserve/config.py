@@ -54,6 +54,7 @@ class SchedulerConfig:
     # NOTE: a factory, so the environment is read when a config is made (a test, the CLI or a
     # parent may set it after import); `--disable-overlap` sets it False explicitly
     overlap: bool = field(default_factory=lambda: not settings.DISABLE_OVERLAP.get())
+    mixed_chunk: bool = False  # prefill batches also carry the running requests' decode tokens
 
     def __post_init__(self) -> None:
         if self.max_prefill_length < 1:
@@ -99,6 +100,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-overlap", action="store_true",
                    help="schedule the next batch only after the last one's tokens are read "
                         "(default: overlap them; RADIXSERVE_DISABLE_OVERLAP=1 does the same)")
+    p.add_argument("--enable-mixed-chunk", dest="mixed_chunk", action="store_true",
+                   help="a prefill batch also carries one decode token of every running request, "
+                        "so they keep emitting while a long prompt is prefilled")
 
 
 def _pick(cls: type, args: argparse.Namespace) -> dict:

@@ -76,3 +76,26 @@ def drain(s, limit: int = 10_000) -> dict[int, list]:
         for o in s.step():
             out.setdefault(o.uid, []).append(o)
     raise AssertionError("scheduler did not drain")
+
+
+def spy_batches(monkeypatch) -> list[tuple[list[int], list[bool], bool]]:
+    """Record every batch the scheduler builds from now on: its extend lengths, which of its
+    requests had their whole prompt computed before it (decode tokens), and whether it is a decode
+    batch."""
+    from radixserve.scheduler import scheduler as scheduler_mod
+
+    seen: list[tuple[list[int], list[bool], bool]] = []
+    real = scheduler_mod.build_batch
+
+    def spy(items, table, device, decode):
+        seen.append(([n for _, n in items], [r.kv_len >= r.prompt_len for r, _ in items], decode))
+        return real(items, table, device, decode)
+
+    monkeypatch.setattr(scheduler_mod, "build_batch", spy)
+    return seen
+
+
+def mixed_batches(seen: list[tuple[list[int], list[bool], bool]]) -> list[list[int]]:
+    """Of `spy_batches`' record: the extend lengths of the batches that carried decode tokens
+    beside prompt tokens."""
+    return [ext for ext, done, decode in seen if not decode and any(done) and not all(done)]

@@ -55,6 +55,7 @@ def describe(sched: Scheduler) -> str:
     return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, kv {kv_dtype_name(eng.kv_dtype)}, "
             f"{tp}attn {type(eng.attn_backend).__name__}, "
             f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
+            f"mixed chunk {'on' if sched.cfg.mixed_chunk else 'off'}, "
             f"cache {sched.cfg.cache}, page {eng.page_size}")
 
 

@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="the JSON schema of --constrained / --compare-constrained (implies --constrained)")
     off.add_argument("--compare-constrained", action="store_true",
                      help="run unconstrained, then every request JSON-schema constrained; print both")
+    off.add_argument("--compare-mixed-chunk", action="store_true",
+                     help="rerun with --enable-mixed-chunk toggled, same requests; print both")
     off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
@@ -246,7 +248,8 @@ def run_offline(args: argparse.Namespace) -> int:
 
         if args.shared_prefix < 1:
             raise SystemExit("bench: --shared-prefix must be at least 1")
-        if args.ablate or args.compare_kv_dtype or args.compare_constrained or args.allreduce:
+        if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
+                or args.allreduce):
             raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run "
                              "--ablate, --compare-* and --allreduce without it")
         suffix = tuple(args.input_len or (32, 128))
@@ -291,6 +294,11 @@ def run_offline(args: argparse.Namespace) -> int:
     if args.compare_constrained:
         tps = run("radixserve json-schema", json_schema=schema)
         print(f"{'ratio json-schema/plain':<28} {tps / ours:>10.2f}x", flush=True)
+    if args.compare_mixed_chunk:
+        mixed = not sch.mixed_chunk
+        tps = run(f"radixserve mixed chunk {'on' if mixed else 'off'}",
+                  s=dataclasses.replace(sch, mixed_chunk=mixed), json_schema=main_schema)
+        print(f"{'ratio mixed on/off':<28} {(tps / ours if mixed else ours / tps):>10.2f}x", flush=True)
     if args.ablate:
         for label, kw in [
             ("  overlap off", {"s": dataclasses.replace(sch, overlap=False)}),

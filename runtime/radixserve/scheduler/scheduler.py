@@ -14,6 +14,10 @@ step reads batch N right after launching N+1's forward, advances the matchers, a
 mask on the host while the device computes N+1; batches without constrained rows keep the full
 overlap.
 
+Mixed batches (`SchedulerConfig.mixed_chunk`, `--enable-mixed-chunk`, SGLang's mixed chunk): a
+prefill batch also carries one token of every decoding request, as an extend of length 1, so running
+requests keep emitting while a long prompt is prefilled (no CUDA graph for that step).
+
 A request's life is owned here: `add_request` admits it (`admission.py`: every check, once),
 `abort` drops it in any state and in either order with its arrival (`ledger.py`), `step` stops it
 on EOS, a stop token id, `max_tokens` or a complete grammar and releases its KV. Stop *strings*
@@ -199,15 +203,18 @@ class Scheduler:
     @torch.inference_mode()
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
-        items = self.adder.schedule(self.running, self.waiting, self.cfg.max_prefill_length)
+        decoding = [r for r in self.running if r.prefill_done]
+        budget = self.cfg.max_prefill_length
+        if self.cfg.mixed_chunk:  # the decode tokens ride in the prefill batch's token budget
+            budget -= len(decoding)
+        items = self.adder.schedule(self.running, self.waiting, budget) if budget > 0 else []
+        self.prefill_tokens += sum(n for _, n in items)
         decode = not items
-        if decode:
-            items = [(r, 1) for r in self.running if r.prefill_done]
+        if decode or self.cfg.mixed_chunk:
+            items += [(r, 1) for r in decoding]
         if not items:
             return None
         batch = build_batch(items, self.table, self.device, decode)
-        if not decode:
-            self.prefill_tokens += sum(n for _, n in items)
         for req, n in items:
             req.kv_len += n
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
