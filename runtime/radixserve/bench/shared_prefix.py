@@ -3,9 +3,9 @@ with its own suffix, timed with the radix cache and with the naive one in one co
 prompt tokens each had to compute.
 
 The warm-up requests share the system prompt too (their suffixes are their own), as a server's
-earlier traffic would: the radix cache inserts a prompt when its request finishes, so the timed
-requests, all submitted at once, find the system prompt there. Without a warm-up they would all be
-admitted before any finished and each would compute it (`--warmup 0` shows that case).
+earlier traffic would, so the timed requests find it cached. With `--warmup 0` the first request
+computes it and the others wait for that prefill, which puts it in the radix cache at once
+(`scheduler/prefill.py`), so they compute only their suffixes too.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ class CacheManager:
         self.page_size = page_size
         self.allocator = PageAllocator(num_pages, page_size, device)
         self.cache = create_prefix_cache(cache, page_size, device)
+        self.shares_prefixes = cache != "naive"  # the naive cache keeps nothing for others
         self._held = 0  # tokens: allocated minus freed minus given to the cache
 
     @property
@@ -108,6 +109,30 @@ class CacheManager:
             self.allocator.free(self.allocator.slots_to_pages(torch.cat([duplicates, tail])))
         self._held -= n_slots - cached_len  # every own slot is now free or the cache's
         assert self._held >= 0, f"held tokens went negative ({self._held}): a request cached twice?"
+
+    def share_prefix(
+        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any
+    ) -> MatchResult | None:
+        """Mid-prefill: put the request's computed prompt KV (its whole pages) in the prefix
+        cache, so requests admitted from now on share it (SGLang's cache_unfinished_req). The
+        request keeps it, locked through the returned match (None: nothing new to share): its
+        page-table row takes the match's indices, since slots another request cached meanwhile
+        replace the request's own copies of them, which are freed. Safe while the batch that
+        computes this KV is in flight: every later batch runs after it on the same stream."""
+        aligned = len(token_ids) - len(token_ids) % self.page_size
+        if not self.shares_prefixes or aligned <= cached_len:
+            return None
+        slots = slots[:aligned].to(torch.int64)
+        already = self.cache.insert_prefix(token_ids[:aligned], slots)
+        assert already >= cached_len, f"insert found {already} cached tokens, {cached_len} matched"
+        match = self.cache.match_prefix(token_ids[:aligned])
+        assert match.cached_len == aligned, (match.cached_len, aligned)
+        self.cache.lock(match.handle)
+        self.cache.unlock(handle)
+        if already > cached_len:
+            self.allocator.free(self.allocator.slots_to_pages(slots[cached_len:already]))
+        self._held -= aligned - cached_len  # own slots now freed or the cache's
+        return match
 
     def reset(self) -> None:
         self.allocator.reset()

@@ -1,6 +1,7 @@
 """Admission and chunked prefill: which requests get how many prompt tokens in the next batch."""
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,17 @@ class PrefillAdder:
     not fit (its prompt + max_tokens reservation exceeds the free KV), one of the next `LOOKAHEAD`
     requests that fits may go first, so a small request is not starved behind huge ones; the
     oldest may be overtaken at most `MAX_OVERTAKES` times, after which nothing passes it until it
-    fits, so a huge request is not starved either."""
+    fits, so a huge request is not starved either.
+
+    Shared prefixes: a request whose prompt shares at least `WAIT_FOR_PREFIX` more tokens with a
+    request still being prefilled than the prefix cache holds waits (like one that does not fit)
+    until that prefill has put its KV in the cache (`Scheduler._share_prompt`), instead of
+    computing the same prefix beside it: 64 requests arriving at once with one system prompt
+    compute it once, not once per admission batch (SGLang's in-batch prefix caching)."""
 
     LOOKAHEAD = 8
     MAX_OVERTAKES = 32
+    WAIT_FOR_PREFIX = 32  # tokens (and at least a page)
 
     def __init__(self, cache: CacheManager, table: TableManager, max_running: int) -> None:
         self.cache, self.table, self.max_running = cache, table, max_running
@@ -38,6 +46,8 @@ class PrefillAdder:
                 n = min(req.remaining_prefill, budget)
                 items.append((req, n))
                 budget -= n
+        # requests whose prompt KV is still being computed: what a waiting one may wait for
+        owners = [r for r in running if not r.prefill_done] if self.cache.shares_prefixes else []
         i = 0
         while budget > 0 and i < len(waiting) and len(running) < self.max_running and self.table.num_free:
             if waiting[0] is not self._head:
@@ -45,7 +55,7 @@ class PrefillAdder:
             if i > 0 and self._overtakes >= self.MAX_OVERTAKES:
                 break
             req = waiting[i]
-            if not self._admit(req):
+            if not self._admit(req, owners):
                 if i >= self.LOOKAHEAD:
                     break
                 i += 1
@@ -54,13 +64,25 @@ class PrefillAdder:
             if i > 0:
                 self._overtakes += 1
             running.append(req)
+            if self.cache.shares_prefixes:
+                owners.append(req)
             n = min(req.remaining_prefill, budget)
             items.append((req, n))
             budget -= n
         return items
 
-    def _admit(self, req: Req) -> bool:
-        match = self.cache.match(req.input_ids[:-1])  # the last prompt token is always computed
+    def _waits_for_prefix(self, ids: list[int], cached_len: int, owners: list[Req]) -> bool:
+        need = max(self.WAIT_FOR_PREFIX, self.cache.page_size)
+        # the first-token test is cheap, and most prompts differ at once
+        return any(owner.input_ids[0] == ids[0]
+                   and len(os.path.commonprefix([ids, owner.input_ids])) - cached_len >= need
+                   for owner in owners)
+
+    def _admit(self, req: Req, owners: list[Req]) -> bool:
+        ids = req.input_ids[:-1]  # the last prompt token is always computed
+        match = self.cache.match(ids)
+        if ids and owners and self._waits_for_prefix(ids, match.cached_len, owners):
+            return False
         self.cache.lock(match.handle)  # before allocating: eviction must not take our prefix
         slots = self.cache.allocate(req.reserve_len - match.cached_len)
         if slots is None:

@@ -207,18 +207,30 @@ class Scheduler:
         budget = self.cfg.max_prefill_length
         if self.cfg.mixed_chunk:  # the decode tokens ride in the prefill batch's token budget
             budget -= len(decoding)
-        items = self.adder.schedule(self.running, self.waiting, budget) if budget > 0 else []
-        self.prefill_tokens += sum(n for _, n in items)
-        decode = not items
-        if decode or self.cfg.mixed_chunk:
-            items += [(r, 1) for r in decoding]
+        prefill = self.adder.schedule(self.running, self.waiting, budget) if budget > 0 else []
+        self.prefill_tokens += sum(n for _, n in prefill)
+        decode = not prefill
+        items = prefill + [(r, 1) for r in decoding] if decode or self.cfg.mixed_chunk else prefill
         if not items:
             return None
         batch = build_batch(items, self.table, self.device, decode)
         for req, n in items:
             req.kv_len += n
+        for req, _ in prefill:
+            self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
         return ForwardPass(items, emits, batch, self.engine.forward(batch))
+
+    def _share_prompt(self, req: Req) -> None:
+        """Put the prompt KV this batch computes in the prefix cache now, not when the request
+        ends, so requests sharing the prompt's prefix reuse it while this one still runs."""
+        pt = self.table.page_table
+        match = self.cache.share_prefix(req.input_ids[: req.kv_len], pt[req.row, : req.kv_len],
+                                        req.cached_len, req.cache_handle)
+        if match is not None:
+            pt[req.row, req.cached_len : match.cached_len] = match.indices[req.cached_len:].to(
+                pt.device, pt.dtype)
+            req.cached_len, req.cache_handle = match.cached_len, match.handle
 
     @torch.inference_mode()
     def _sample(self, fwd: ForwardPass) -> InFlight:
