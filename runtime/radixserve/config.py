@@ -94,6 +94,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-kv-tokens", type=int, default=None)
     p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights of the checkpoint's shapes, none read (benchmarks "
+                        "from a config and tokenizer alone)")
     p.add_argument("--cache", default="radix", choices=["radix", "naive"], help="prefix cache")
     p.add_argument("--max-prefill-length", type=int, default=8192)
     p.add_argument("--max-running-requests", type=int, default=256)

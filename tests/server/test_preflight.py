@@ -106,3 +106,33 @@ def test_bad_log_format_is_refused_by_the_parser(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["serve", "--log-format", "xml"])
     assert e.value.code == 2 and "--log-format" in capsys.readouterr().err
+
+
+def _without_weights(tiny_model, tmp_path):
+    import shutil
+
+    bare = tmp_path / "shapes-only"
+    shutil.copytree(tiny_model, bare, ignore=shutil.ignore_patterns("*.safetensors*"))
+    return bare
+
+
+def test_directory_without_weights_fails_in_one_line(tiny_model, tmp_path) -> None:
+    bare = _without_weights(tiny_model, tmp_path)
+    r = _radixserve("serve", "--model", str(bare), "--device", "cpu", "--port", str(free_port()))
+    _assert_one_line_usage_error(r, "no *.safetensors weights", "--load-format dummy")
+
+
+def test_load_format_dummy_serves_random_weights_from_config_and_tokenizer(tiny_model, tmp_path) -> None:
+    import httpx
+
+    from tests.server.server_process import ServerProcess
+
+    srv = ServerProcess(_without_weights(tiny_model, tmp_path), tmp_path / "server.log",
+                        "--load-format", "dummy")
+    try:
+        srv.wait_ready()
+        r = httpx.post(f"{srv.base}/v1/completions", timeout=60, json={"prompt": [5, 6, 7], "max_tokens": 9, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 9
+    finally:
+        assert srv.stop() == 0, srv.log()[-3000:]

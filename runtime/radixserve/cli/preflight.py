@@ -132,11 +132,22 @@ def check_device(eng: EngineConfig) -> None:
             raise UsageError(str(e)) from None
 
 
+def check_weights(eng: EngineConfig) -> None:
+    """A local model directory has the safetensors weights the loader reads, unless none are read."""
+    path = Path(eng.model).expanduser() if eng.model else None
+    if eng.load_format == "dummy" or path is None or not path.is_dir():
+        return
+    if not any(path.glob("*.safetensors")):
+        raise UsageError(f"--model {eng.model}: no *.safetensors weights in the directory "
+                         "(--load-format dummy runs random weights of its shapes)")
+
+
 def check_engine(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
     """Every engine flag, the device and the model, without loading anything."""
     eng, sched = engine_configs(args)
     check_device(eng)
     check_model(eng.model)
+    check_weights(eng)
     check_model_config(eng)
     return eng, sched
 
