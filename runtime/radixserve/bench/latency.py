@@ -5,14 +5,18 @@ import time
 
 import torch
 
+from radixserve.bench.profile import maybe_profile
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
 
 
-def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int) -> float:
+def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int,
+                   profile_dir: str | None = None) -> float:
+    """Mean ms per decode step of `bs` requests; under `profile_dir`, the timed steps are
+    profiled (bench/profile.py) — and timed with the profiler's overhead."""
     g = torch.Generator().manual_seed(bs)
     for i in range(bs):
-        ids = torch.randint(1, 1000, (input_len,), generator=g).tolist()
+        ids = torch.randint(1, min(1000, sched.vocab_size), (input_len,), generator=g).tolist()
         sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=steps + 8, ignore_eos=True))
     while sched.waiting or any(not r.prefill_done for r in sched.running):
         sched.step()
@@ -20,10 +24,11 @@ def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: 
         sched.step()
     sync = torch.cuda.synchronize if sched.device.type == "cuda" else (lambda: None)
     sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        sched.step()
-    sync()
+    with maybe_profile(profile_dir, f"decode-bs{bs}", steps, sched.device.type == "cuda"):
+        start = time.perf_counter()
+        for _ in range(steps):
+            sched.step()
+        sync()
     ms = (time.perf_counter() - start) * 1000 / steps
     for r in list(sched.running):
         sched.abort(r.uid)

@@ -52,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lat.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
+    lat.add_argument("--profile", default=None, metavar="DIR",
+                     help="profile the timed steps of each batch size: a Chrome trace per batch "
+                          "size in DIR and the top kernels (CPU ops on CPU) per step")
     lat.set_defaults(func=run_latency)
 
     on = bsub.add_parser("online", help="Poisson arrivals against a running server")
@@ -145,7 +148,8 @@ def run_latency(args: argparse.Namespace) -> int:
                   f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
                   f"{'on' if sched.overlap else 'off'}", flush=True)
             for i, bs in enumerate(args.batch_sizes):
-                ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
+                ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000,
+                                    profile_dir=args.profile)
                 print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
             del sched
         # NOTE: without this the next mode's engine found no memory for its KV cache (two H200s,
