@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 MAX_TOKEN_ID = 2**31 - 1  # also the largest max_tokens / top_k: every count fits in int32
+MAX_LOGIT_BIAS = 1024  # entries of logit_bias
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # at most one constrains a request's output
 
 
@@ -24,6 +25,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob plus top-k
+    # OpenAI's logit_bias: token id -> added to its logit (float32) before sampling; -100 bans it
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    min_tokens: int = 0  # EOS, stop_token_ids and stop strings take effect only after this many
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
     # when the grammar is complete, even with ignore_eos
     json_schema: str | None = None  # a JSON Schema as JSON text; '{"type": "object"}': any object
@@ -33,6 +37,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if isinstance(self.logit_bias, dict):  # JSON's keys are strings: OpenAI sends "1234"
+            self.logit_bias = {int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k: v
+                               for k, v in self.logit_bias.items()}
         self.validate()
 
     def validate(self) -> None:
@@ -71,6 +78,16 @@ class SamplingParams:
             integer(t) and 0 <= t <= MAX_TOKEN_ID for t in self.stop_token_ids
         ):
             raise bad("stop_token_ids", f"must be a list of integers in [0, {MAX_TOKEN_ID}]")
+        if not isinstance(self.logit_bias, dict) or len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise bad("logit_bias", f"must map at most {MAX_LOGIT_BIAS} token ids to biases")
+        for tok, bias in self.logit_bias.items():
+            if not integer(tok) or not 0 <= tok <= MAX_TOKEN_ID:
+                raise ValueError(f"logit_bias keys must be token ids in [0, {MAX_TOKEN_ID}], "
+                                 f"got {str(tok)[:40]!r}")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+                raise bad("logit_bias", "values must be numbers in [-100, 100]")
+        if not integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise bad("min_tokens", f"must be an integer in [0, max_tokens = {self.max_tokens}]")
         given = [name for name in GRAMMAR_FIELDS if getattr(self, name) is not None]
         for name in given:
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
@@ -78,6 +95,10 @@ class SamplingParams:
         if len(given) > 1:
             raise bad(given[1], f"cannot be combined with {given[0]}: give at most one of "
                                 f"{', '.join(GRAMMAR_FIELDS)}")
+        if given and self.min_tokens:
+            # the grammar may end the reply (only EOS allowed) before min_tokens would let it
+            raise bad("min_tokens", f"cannot be combined with {given[0]}: the grammar decides "
+                                    "where the output ends")
         if self.json_schema is not None:
             try:
                 json.loads(self.json_schema)
@@ -97,6 +118,11 @@ class SamplingParams:
     @property
     def constrained(self) -> bool:
         return self.grammar is not None
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Anything that changes the logits before the pick (the sampler's slow path)."""
+        return bool(self.logit_bias) or self.min_tokens > 0 or self.has_penalties
 
     @property
     def has_penalties(self) -> bool:

@@ -43,6 +43,12 @@ CASES = [
     ("invalid schema", "/v1/completions", AUTH, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "objec"}}}}, 400, "response_format.json_schema.schema", None),
     ("function name with a space", "/v1/chat/completions", AUTH, CHAT | {"tools": [{"type": "function", "function": {"name": "a b"}}]}, 400, "tools.0.function.name", None),
     ("invalid schema in /generate", "/generate", AUTH, {"text": "x", "sampling_params": {"json_schema": '{"type": 5}'}}, 400, "json_schema", None),
+    ("logit_bias key not a token id", "/v1/completions", AUTH, {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias", None),
+    ("logit_bias token past the vocabulary", "/v1/chat/completions", AUTH, CHAT | {"logit_bias": {"99999": 5}}, 400, "logit_bias", None),
+    ("logit_bias over 100", "/v1/completions", AUTH, {"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias", None),
+    ("min_tokens over max_tokens", "/v1/completions", AUTH, {"prompt": "x", "max_tokens": 3, "min_tokens": 4}, 400, "min_tokens", None),
+    ("min_tokens with a grammar", "/v1/completions", AUTH, {"prompt": "x", "min_tokens": 2, "regex": "a+"}, 400, "min_tokens", None),
+    ("min_tokens over the context left", "/v1/chat/completions", AUTH, {"messages": [{"role": "user", "content": "hi"}], "min_tokens": 10**6}, 400, "min_tokens", None),
 ]
 
 

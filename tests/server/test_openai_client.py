@@ -145,3 +145,21 @@ def test_health_generate_and_metrics(server) -> None:
     assert m["radixserve_kv_pages_total"] > 0
     assert m["radixserve_time_to_first_token_seconds_count"] >= 1
     assert m["radixserve_inter_token_latency_seconds_count"] >= 1
+
+
+def test_logit_bias_and_min_tokens(client, server) -> None:
+    from radixserve.testing import EOS_IDS
+
+    # +100 on one token: greedy picks it every time (checked on the token ids /generate returns)
+    native = httpx.post(f"{server.base}/generate", headers={"Authorization": f"Bearer {API_KEY}"}, json={
+        "text": PROMPT, "sampling_params": {"max_tokens": 6, "ignore_eos": True,
+                                            "logit_bias": {"77": 100}}}, timeout=60).json()
+    assert native["output_ids"] == [77] * 6
+    # EOS favoured by the client's own logit_bias: min_tokens alone keeps the reply going
+    for stream in (False, True):
+        r = _chat(client, max_tokens=20, temperature=0, logit_bias={EOS_IDS[0]: 100}, stream=stream,
+                  stream_options={"include_usage": True} if stream else None,
+                  extra_body={"min_tokens": 4})
+        chunks = list(r) if stream else [r]
+        assert chunks[-1].usage.completion_tokens == 5  # four held back, then EOS
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"

@@ -1,9 +1,12 @@
-"""Token selection: greedy, temperature, top-k, top-p, min-p, penalties, per-request seeds."""
+"""Token selection: greedy, temperature, top-k, top-p, min-p, penalties, logit bias, min_tokens,
+per-request seeds."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+
+from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
     from radixserve.scheduler.req import Req
@@ -35,6 +38,22 @@ def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
                             neginf=float("-inf"))
 
 
+def apply_bias_and_min_tokens(logits: torch.Tensor, req: Req, eos_ids: frozenset[int]) -> None:
+    """In place on a float32 row: OpenAI's `logit_bias`, then, while fewer than `min_tokens` tokens
+    came before this one, the ending tokens (`stop_token_ids`, and EOS unless `ignore_eos`) at
+    -inf, as vLLM's min_tokens. The token being sampled follows `kv_len - prompt_len` others (the
+    scheduler's count, so overlap cannot make it stale)."""
+    p = req.params
+    if p.logit_bias:
+        ids = to_device(list(p.logit_bias), logits.device)
+        logits[ids] += to_device(list(p.logit_bias.values()), logits.device, torch.float32)
+    if p.min_tokens and req.kv_len - req.prompt_len < p.min_tokens:
+        ban = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids))
+        ban = sorted(t for t in ban if t < logits.shape[-1])
+        if ban:
+            logits[to_device(ban, logits.device)] = float("-inf")
+
+
 def scale(row: torch.Tensor, temperature: float) -> torch.Tensor:
     """`row / temperature` in a stable form: shifted so its maximum is 0 first, so a tiny
     temperature sends the others to -inf (never inf - inf = nan), and floored so it never
@@ -61,8 +80,10 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
 
 
 class Sampler:
-    def __init__(self, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, device: torch.device, seed: int = 0,
+                 eos_ids: frozenset[int] = frozenset()) -> None:
         self.device = device
+        self.eos_ids = eos_ids  # what min_tokens holds back, with each request's stop_token_ids
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
@@ -74,7 +95,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleResult:
         """logits [bs, V] in the model's dtype, one row per request (float32 rows may be modified
         in place). Stays on the device: nothing here waits for the GPU."""
-        if all(r.params.is_greedy and not r.params.has_penalties and r.params.logprobs is None
+        if all(r.params.is_greedy and not r.params.adjusts_logits and r.params.logprobs is None
                for r in reqs):
             # the common case, read as is: widening to float32 is exact, so argmax picks the same
             # token, without writing and re-reading a float32 copy (bs x 152K at Qwen's vocab)
@@ -83,6 +104,8 @@ class Sampler:
         for i, req in enumerate(reqs):
             if req.params.has_penalties:
                 logits[i] = apply_penalties(logits[i], req)
+            if req.params.logit_bias or req.params.min_tokens:
+                apply_bias_and_min_tokens(logits[i], req, self.eos_ids)
         want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
         logp = torch.log_softmax(logits, -1) if want_lp else None
         tokens = logits.argmax(-1)

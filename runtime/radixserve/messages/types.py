@@ -119,3 +119,4 @@ class RequestStarted:
     uid: int
     stop: list[str]
     logprobs: bool
+    min_tokens: int = 0  # stop strings count from this many tokens on

@@ -41,9 +41,16 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
         params.validate()
     except ValueError as e:
         raise AdmissionError(str(e), str(e).split(" ", 1)[0]) from None
+    if any(t >= limits.vocab_size for t in params.logit_bias):
+        raise AdmissionError(f"logit_bias: token ids must be in [0, {limits.vocab_size})",
+                             "logit_bias")
     if auto_max_tokens:
         room = min(limits.max_seq_len, limits.kv_capacity) - n_in
-        params = dataclasses.replace(params, max_tokens=max(1, min(params.max_tokens, room)))
+        cap = max(1, min(params.max_tokens, room))
+        if params.min_tokens > cap:
+            raise AdmissionError(f"min_tokens: {params.min_tokens} exceeds the {cap} tokens the "
+                                 "context leaves after the prompt", "min_tokens")
+        params = dataclasses.replace(params, max_tokens=cap)
     total = n_in + params.max_tokens
     if total > limits.max_seq_len:
         raise AdmissionError(

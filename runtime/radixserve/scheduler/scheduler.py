@@ -60,8 +60,8 @@ class Scheduler:
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
         self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests)
-        self.sampler = Sampler(self.device, engine.seed)
         self.eos_ids: set[int] = eos_token_ids(self.engine.model_path)
+        self.sampler = Sampler(self.device, engine.seed, frozenset(self.eos_ids))
         self.vocab_size = int(self.engine.hf_config.vocab_size)
         self.overlap = sched.overlap
         self.limits = Limits(self.engine.max_seq_len, self.cache.num_pages * engine.page_size,

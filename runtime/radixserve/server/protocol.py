@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from radixserve.sampling_params import MAX_LOGIT_BIAS
+
 MAX_INT32 = 2**31 - 1
 MAX_SEED = 2**62  # seed + choice index must stay a valid 64-bit seed
 MAX_N = 64
@@ -61,6 +63,8 @@ class SamplingFields(_Strict):
     stop: Stop = None
     stop_token_ids: list[TokenId] | None = Field(None, max_length=1024)
     ignore_eos: bool = False
+    logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)  # "token id": bias
+    min_tokens: int = Field(0, ge=0, le=MAX_INT32)  # vLLM's: no EOS, stop token or string before
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -170,6 +174,8 @@ class GenerateSampling(_Strict):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logit_bias: dict[str, float] = Field(default_factory=dict, max_length=MAX_LOGIT_BIAS)
+    min_tokens: int = Field(0, ge=0, le=MAX_INT32)
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None

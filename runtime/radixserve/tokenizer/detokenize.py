@@ -34,6 +34,7 @@ _MAX_HELD = 4  # a UTF-8 character has at most 4 bytes: bytes held this long are
 class _DecodeState:
     stop: StopStringMatcher
     want_logprobs: bool = False
+    min_tokens: int = 0  # stop strings are looked for from this token on (vLLM's min_tokens)
     ids: list[int] = field(default_factory=list)
     prefix_offset: int = 0  # start of the decode window (gives the first token its context)
     read_offset: int = 0  # tokens up to here are already emitted as text
@@ -45,10 +46,10 @@ class DetokenizeManager:
         self.states: dict[int, _DecodeState] = {}
         self.finished: OrderedDict[int, None] = OrderedDict()
 
-    def start(self, uid: int, stop: list[str], want_logprobs: bool) -> None:
+    def start(self, uid: int, stop: list[str], want_logprobs: bool, min_tokens: int = 0) -> None:
         """Register a request (before its first token) so its stop strings are known."""
         if uid not in self.finished:
-            self.states[uid] = _DecodeState(StopStringMatcher(stop), want_logprobs)
+            self.states[uid] = _DecodeState(StopStringMatcher(stop), want_logprobs, min_tokens)
 
     def is_active(self, uid: int) -> bool:
         return uid in self.states
@@ -91,7 +92,9 @@ class DetokenizeManager:
                 return None, False
             s = self.states[out.uid] = _DecodeState(StopStringMatcher([]))
         s.ids.append(out.token_id)
-        text, stopped = s.stop.feed(self._new_text(s, final=out.finished))
+        text = self._new_text(s, final=out.finished)
+        # before min_tokens no stop string counts; one that began before it is not matched after
+        text, stopped = s.stop.feed(text) if len(s.ids) >= s.min_tokens else (text, False)
         finished = out.finished or stopped
         if out.finished and not stopped:
             text += s.stop.flush()
@@ -130,7 +133,7 @@ class DetokenizeManager:
                 if stopped:  # free the request's KV now, not at max_tokens
                     aborts.append(out.uid)
         elif isinstance(msg, RequestStarted):
-            self.start(msg.uid, msg.stop, msg.logprobs)
+            self.start(msg.uid, msg.stop, msg.logprobs, msg.min_tokens)
         elif isinstance(msg, AbortMsg):
             if self.is_active(msg.uid) or msg.uid not in self.finished:
                 self.finish(msg.uid)
