@@ -28,6 +28,9 @@ class SamplingParams:
     # OpenAI's logit_bias: token id -> added to its logit (float32) before sampling; -100 bans it
     logit_bias: dict[int, float] = field(default_factory=dict)
     min_tokens: int = 0  # EOS, stop_token_ids and stop strings take effect only after this many
+    # the logprob of every prompt token after the first, with the k best at its position
+    # (vLLM's prompt_logprobs; completions' echo): the whole prompt is computed, not cached
+    prompt_logprobs: int | None = None
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
     # when the grammar is complete, even with ignore_eos
     json_schema: str | None = None  # a JSON Schema as JSON text; '{"type": "object"}': any object
@@ -72,6 +75,9 @@ class SamplingParams:
             raise bad("repetition_penalty", "must be in (0, 2]")
         if self.logprobs is not None and (not integer(self.logprobs) or not 0 <= self.logprobs <= 20):
             raise bad("logprobs", "must be an integer between 0 and 20")
+        if self.prompt_logprobs is not None and (not integer(self.prompt_logprobs)
+                                                 or not 0 <= self.prompt_logprobs <= 20):
+            raise bad("prompt_logprobs", "must be an integer between 0 and 20")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", "must be non-empty strings")
         if not isinstance(self.stop_token_ids, list) or not all(

@@ -18,15 +18,25 @@ def tokens(llm: LLM) -> list[list[int]]:
     return [r.token_ids for r in llm.generate(PROMPTS, SP)]
 
 
+def prompt_logprobs(llm: LLM) -> list[list[float | None]]:
+    sp = SamplingParams(max_tokens=3, ignore_eos=True, prompt_logprobs=1, logit_bias={7: 2.0},
+                        min_tokens=2)
+    return [[x.logprob for x in r.prompt_logprobs] for r in llm.generate(PROMPTS[:3], sp)]
+
+
 @pytest.mark.parametrize("arch", ["llama", "llama3", "qwen2", "qwen3", "qwen3_moe"])
 def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:
     kw = {"dtype": "float32", "device": "cpu", "max_prefill_length": 32, "page_size": 4,
-          "cache": "naive" if arch == "qwen2" else "radix"}
-    ref = tokens(LLM(str(tiny_ckpts[arch]), **kw))
+          "cache": "naive" if arch == "qwen2" else "radix",
+          "mixed_chunk": arch in ("llama3", "qwen3_moe")}
+    one = LLM(str(tiny_ckpts[arch]), **kw)
+    ref, ref_lps = tokens(one), prompt_logprobs(one)
     llm = LLM(str(tiny_ckpts[arch]), tp=2, **kw)
     try:
         assert tokens(llm) == ref
         assert tokens(llm) == ref  # again, through the warm prefix cache
+        for got, want in zip(prompt_logprobs(llm), ref_lps):
+            assert got[0] is None and got[1:] == pytest.approx(want[1:], abs=1e-4)
     finally:
         llm.close()
 

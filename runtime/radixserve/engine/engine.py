@@ -139,6 +139,15 @@ class Engine:
             return self.model(batch.input_ids, batch.positions)
 
     @torch.inference_mode()
+    def forward_keeping(self, batch: Batch, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A prefill batch's last-token logits, and the hidden states of its tokens at `keep`
+        (prompt logprobs). Never a graph replay."""
+        assert not batch.is_decode
+        hidden = self.forward_hidden(batch)
+        last = hidden[torch.cumsum(batch.extend_lens, 0) - 1]
+        return self.model.compute_logits(last), hidden[keep]
+
+    @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits [bs, vocab] (model dtype) of each request's last token in the batch."""
         if self.graph_runner is not None and self.graph_runner.can_run(batch):

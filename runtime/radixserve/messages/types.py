@@ -51,6 +51,8 @@ class TokenMsg:
     prompt_tokens: int
     logprob: float | None = None
     top_logprobs: list[list] | None = None  # [[token id, logprob], …] best first
+    # on a request's first token, if asked for: [[token id, logprob or None, [[id, logprob], …]], …]
+    prompt_logprobs: list[list] | None = None
 
 
 @message
@@ -75,7 +77,7 @@ class RequestFailed:
 @dataclass
 class TokenLogprob:
     token: str
-    logprob: float
+    logprob: float | None  # None: the prompt's first token (nothing before it)
     top: list[list] = field(default_factory=list)  # [[token text, logprob], …]
 
 
@@ -90,6 +92,8 @@ class UserReply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None  # with the first reply, if asked for
+    prompt_text: str | None = None  # the prompt decoded, with `prompt_logprobs`
 
 
 @message

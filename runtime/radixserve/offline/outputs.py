@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radixserve.messages import RequestFailed, UserReply
+from radixserve.messages import RequestFailed, TokenLogprob, UserReply
 from radixserve.offline.pipeline import Reply
 
 
@@ -14,6 +14,10 @@ class GenerateResult:
     token_ids: list[int]  # generated tokens only (up to the one that completed a stop string)
     finish_reason: str  # "stop" (EOS, stop token id, stop string, grammar complete) | "length"
     prompt_token_ids: list[int]
+    # with SamplingParams.logprobs: each generated token's text, logprob and best alternatives
+    logprobs: list[TokenLogprob] | None = None
+    # with SamplingParams.prompt_logprobs: the same for each prompt token (the first's logprob None)
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -50,6 +54,8 @@ class Collector:
         self.text = [""] * len(index)
         self.tokens: list[list[int]] = [[] for _ in index]
         self.reasons: list[str | None] = [None] * len(index)
+        self.logprobs: list[list[TokenLogprob] | None] = [None] * len(index)
+        self.prompt_logprobs: list[list[TokenLogprob] | None] = [None] * len(index)
         self.left = len(index)
         self.failure: Exception | None = None
 
@@ -65,6 +71,10 @@ class Collector:
         i = self.index[r.uid]
         self.text[i] += r.text
         self.tokens[i] += r.token_ids
+        if r.logprobs is not None:
+            self.logprobs[i] = (self.logprobs[i] or []) + r.logprobs
+        if r.prompt_logprobs is not None:
+            self.prompt_logprobs[i] = r.prompt_logprobs
         if r.finished:
             self.reasons[i] = r.finish_reason or "stop"
             self.left -= 1
@@ -78,4 +88,5 @@ class Collector:
         if self.failure is not None:
             raise self.failure
         return [GenerateResult(self.text[i], self.tokens[i], self.reasons[i] or "stop",
-                               self.prompt_ids[i // self.n]) for i in range(len(self.text))]
+                               self.prompt_ids[i // self.n], self.logprobs[i],
+                               self.prompt_logprobs[i]) for i in range(len(self.text))]

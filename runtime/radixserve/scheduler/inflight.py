@@ -1,13 +1,16 @@
 """A launched batch whose sampled tokens are still on their way to the host."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from radixserve.engine.batch import Batch
 from radixserve.engine.sampler import SampleResult
 from radixserve.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.prompt_logprobs import PromptLogprobs
 
 
 class ForwardPass(NamedTuple):
@@ -17,6 +20,7 @@ class ForwardPass(NamedTuple):
     emits: list[int]  # indices of items that finished their prompt: they sample a token
     batch: Batch
     logits: torch.Tensor  # [bs, vocab], one row per item
+    prompt_lp: PromptLogprobs | None = None  # of the requests that asked for them
 
     @property
     def constrained(self) -> bool:
@@ -28,6 +32,7 @@ class InFlight(NamedTuple):
     emits: list[int]  # indices of items that finished their prompt: they produce a token
     host: SampleResult  # the sample copied into host memory (pinned on CUDA, filled async)
     event: torch.cuda.Event | None  # recorded after the copy; None on CPU
+    prompt_lp: PromptLogprobs | None = None  # host copy, complete with `host`
 
     def wait(self) -> SampleResult:
         if self.event is not None:
@@ -35,17 +40,21 @@ class InFlight(NamedTuple):
         return self.host
 
 
+def pinned_copy(t: torch.Tensor | None) -> torch.Tensor | None:
+    """An asynchronous copy of a CUDA tensor into pinned host memory (read it after an event
+    recorded later has fired); a CPU tensor as it is."""
+    if t is None or t.device.type != "cuda":
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return out.copy_(t, non_blocking=True)
+
+
 def copy_to_host(res: SampleResult) -> tuple[SampleResult, torch.cuda.Event | None]:
+    """The sample's host copy and the event after which it (and any copy started before) is
+    complete; None on CPU."""
     if res.tokens.device.type != "cuda":
         return res, None
-
-    def cp(t: torch.Tensor | None) -> torch.Tensor | None:
-        if t is None:
-            return None
-        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return out.copy_(t, non_blocking=True)
-
-    host = SampleResult(*(cp(t) for t in res))
+    host = SampleResult(*(pinned_copy(t) for t in res))
     event = torch.cuda.Event()
     event.record()
     return host, event

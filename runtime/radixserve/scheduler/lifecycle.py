@@ -50,8 +50,11 @@ def abort(sched: Scheduler, uid: int) -> AbortMsg | None:
 
 def token_msg(out: TokenOutput) -> TokenMsg:
     top = [list(t) for t in out.top_logprobs] if out.top_logprobs is not None else None
+    plp = None
+    if out.prompt_logprobs is not None:
+        plp = [[t, lp, [list(x) for x in best]] for t, lp, best in out.prompt_logprobs]
     return TokenMsg(out.uid, out.token_id, out.finished, out.finish_reason, out.prompt_tokens,
-                    out.logprob, top)
+                    out.logprob, top, plp)
 
 
 def step(sched: Scheduler) -> tuple[list[TokenMsg], list[RequestFailed]]:

@@ -13,6 +13,9 @@ class TokenOutput(NamedTuple):
     logprob: float | None = None  # log-probability of token_id, when the request asked for logprobs
     top_logprobs: list[tuple[int, float]] | None = None  # (token id, logprob), best first
     prompt_tokens: int = 0  # the request's prompt length (for usage)
+    # with the first token of a request that asked for them: (token id, logprob, top) of each
+    # prompt token, the first with logprob None
+    prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]]]] | None = None
 
 
 class RequestFailure(NamedTuple):

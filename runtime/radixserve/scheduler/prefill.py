@@ -79,7 +79,8 @@ class PrefillAdder:
                    for owner in owners)
 
     def _admit(self, req: Req, owners: list[Req]) -> bool:
-        ids = req.input_ids[:-1]  # the last prompt token is always computed
+        # the last prompt token is always computed; with prompt logprobs, every one of them
+        ids = req.input_ids[:-1] if req.params.prompt_logprobs is None else []
         match = self.cache.match(ids)
         if ids and owners and self._waits_for_prefix(ids, match.cached_len, owners):
             return False

@@ -25,6 +25,8 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None  # per-request RNG when a seed is given
     grammar: GrammarState | None = None  # a constrained request's matcher, once compiled
+    # prompt logprobs so far: (token id, logprob, [(id, logprob), …]) of prompt tokens 1, 2, …
+    prompt_lps: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     aborted: bool = False
     finished: bool = False
 

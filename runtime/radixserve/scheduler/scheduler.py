@@ -38,6 +38,7 @@ from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
 from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler import prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
@@ -214,12 +215,17 @@ class Scheduler:
         if not items:
             return None
         batch = build_batch(items, self.table, self.device, decode)
+        lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         for req, n in items:
             req.kv_len += n
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
-        return ForwardPass(items, emits, batch, self.engine.forward(batch))
+        if lp_plan is None:
+            return ForwardPass(items, emits, batch, self.engine.forward(batch))
+        logits, kept = self.engine.forward_keeping(batch, to_device(lp_plan.keep, self.device))
+        return ForwardPass(items, emits, batch, logits,
+                           prompt_logprobs.compute(self.engine.model, kept, lp_plan))
 
     def _share_prompt(self, req: Req) -> None:
         """Put the prompt KV this batch computes in the prefix cache now, not when the request
@@ -234,7 +240,7 @@ class Scheduler:
 
     @torch.inference_mode()
     def _sample(self, fwd: ForwardPass) -> InFlight:
-        items, emits, batch, logits = fwd
+        items, emits, batch, logits, prompt_lp = fwd
         masked = [(i, r.grammar) for i in emits
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
@@ -249,12 +255,15 @@ class Scheduler:
                 cols = to_device([min(items[i][0].kv_len, cap) for i in emits], self.device)
                 toks = res.tokens[to_device(emits, self.device)]
             self.table.token_pool[rows, cols] = toks
-        host, event = copy_to_host(res)
-        return InFlight(items, emits, host, event)
+        prompt_lp = prompt_logprobs.to_host(prompt_lp) if prompt_lp is not None else None
+        host, event = copy_to_host(res)  # (its event also completes prompt_lp's copy)
+        return InFlight(items, emits, host, event, prompt_lp)
 
     def _process(self, fl: InFlight) -> list[TokenOutput]:
         res = fl.wait()
         self._release_deferred()  # the batch that still wrote their KV is done now
+        if fl.prompt_lp is not None:
+            prompt_logprobs.record(fl.prompt_lp)
         tokens = res.tokens.tolist()
         outputs: list[TokenOutput] = []
         for i in fl.emits:
@@ -272,8 +281,11 @@ class Scheduler:
                 k = req.params.logprobs
                 lp = float(res.chosen_logprob[i])
                 top = list(zip(res.top_ids[i, :k].tolist(), res.top_logprobs[i, :k].tolist()))
+            plp = None
+            if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
+                plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
             outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
-                                       req.prompt_len))
+                                       req.prompt_len, plp))
             if reason is not None:
                 req.finished = True
                 self._forget(req.uid)

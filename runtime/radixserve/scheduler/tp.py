@@ -155,7 +155,8 @@ def follower_loop(sched: Scheduler) -> None:
     sched.auto_admit_grammars = False  # the leader's `grammar` commands admit
     while True:
         try:
-            cmds = msgpack.unpackb(get_comm().broadcast_bytes(None))
+            # (logit_bias maps int token ids)
+            cmds = msgpack.unpackb(get_comm().broadcast_bytes(None), strict_map_key=False)
         except RuntimeError as e:
             raise LeaderLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
         if not _apply(sched, cmds):

@@ -38,8 +38,12 @@ class Choice:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_text: str | None = None  # with prompt logprobs (completions' echo)
+    prompt_logprobs: list[TokenLogprob] | None = None
 
     def add(self, r: UserReply) -> None:
+        if r.prompt_logprobs is not None:
+            self.prompt_text, self.prompt_logprobs = r.prompt_text, r.prompt_logprobs
         self.text += r.text
         self.token_ids += r.token_ids
         self.logprobs += r.logprobs or []

@@ -2,6 +2,7 @@
 over the dispatcher."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -106,11 +107,29 @@ def _completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict:
         offsets.append(pos)
         pos += len(x.token)
     return {"tokens": [x.token for x in lps], "token_logprobs": [x.logprob for x in lps],
-            "top_logprobs": [{t: v for t, v in x.top} for x in lps], "text_offset": offsets}
+            "top_logprobs": [None if x.logprob is None else dict(x.top) for x in lps],
+            "text_offset": offsets}
+
+
+class Echo:
+    """Completions' `echo`: the prompt before each choice's text (and, with `logprobs`, its tokens'
+    logprobs, the first None, as OpenAI gives them). A text prompt is echoed as sent; a token
+    prompt as the engine decodes it."""
+
+    def __init__(self, prompts: list[Prompt], n: int) -> None:
+        self.prompts, self.n = prompts, n
+
+    def text(self, c: Choice) -> str:
+        sent = self.prompts[c.index // self.n].text
+        return sent if sent is not None else (c.prompt_text or "")
+
+    def logprobs(self, c: Choice) -> list[TokenLogprob]:
+        return c.prompt_logprobs or []
 
 
 async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
-               auto_max: bool, kind: str, with_logprobs: bool, names: dict[str, str], tools: ToolPlan | None = None):
+               auto_max: bool, kind: str, with_logprobs: bool, names: dict[str, str], tools: ToolPlan | None = None,
+               echo: Echo | None = None):
     d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names)
     rid, created = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
     head = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion",
@@ -118,7 +137,8 @@ async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: l
     plan = tools or ToolPlan("none")
     if not req.stream:
         choices = await d.collect(raw)
-        return head | {"choices": [_choice(kind, c, with_logprobs, plan) for c in choices], "usage": usage(choices, req.n)}
+        return head | {"choices": [_choice(kind, c, with_logprobs, plan, echo) for c in choices],
+                       "usage": usage(choices, req.n)}
     first = await d.start(raw)
     if first is None:
         return Response(status_code=204)  # the client is gone: nobody reads this
@@ -126,18 +146,19 @@ async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: l
     if kind == "chat":
         events = _chat_stream(d, first, raw, head, with_logprobs, include_usage, req.n, plan)
     else:
-        events = _completion_stream(d, first, raw, head, with_logprobs, include_usage, req.n)
+        events = _completion_stream(d, first, raw, head, with_logprobs, include_usage, req.n, echo)
     return StreamingResponse(ending_properly(events), media_type="text/event-stream")
 
 
-def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan) -> dict:
+def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan, echo: Echo | None = None) -> dict:
     if kind == "chat":
         lp = _chat_logprobs(c.logprobs) if with_logprobs else None
         out = ChatOutput(plan.new_parser())
         out.feed(c.text, final=True)
         return {"index": c.index, "message": out.message(), "logprobs": lp, "finish_reason": out.finish_reason(c.finish_reason)}
-    lp = _completion_logprobs(c.logprobs, 0) if with_logprobs else None
-    return {"index": c.index, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason}
+    head, head_lps = (echo.text(c), echo.logprobs(c)) if echo is not None else ("", [])
+    lp = _completion_logprobs(head_lps + c.logprobs, 0) if with_logprobs else None
+    return {"index": c.index, "text": head + c.text, "logprobs": lp, "finish_reason": c.finish_reason}
 
 
 async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
@@ -169,12 +190,21 @@ async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, 
 
 
 async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
-                             include_usage: bool, n: int) -> AsyncIterator[str]:
+                             include_usage: bool, n: int, echo: Echo | None = None) -> AsyncIterator[str]:
     extra = {"usage": None} if include_usage else {}
     choices = [Choice(i) for i in range(len(d.msgs))]
+    echoed = [False] * len(choices)
     async for i, r in d.events(first, raw):
-        offset = len(choices[i].text)
-        choices[i].add(r)
+        c = choices[i]
+        offset = len(c.text)
+        c.add(r)
+        if echo is not None:
+            if not echoed[i]:  # the choice's first reply brought the prompt's text and logprobs
+                echoed[i] = True
+                lp = _completion_logprobs(echo.logprobs(c), 0) if with_logprobs else None
+                yield sse(head | {"choices": [{"index": i, "text": echo.text(c), "logprobs": lp,
+                                               "finish_reason": None}]} | extra)
+            offset += len(echo.text(c))
         if not r.text and not r.token_ids and not r.finished:
             continue  # a reply with tokens is sent even when its text is empty (as for chat)
         lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
@@ -209,8 +239,6 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     _check_model(state, req.model)
-    if req.echo:
-        raise APIError(400, "echo is not supported", "echo")
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names, grammar)
@@ -218,7 +246,12 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     _reject_empty(prompts)
     if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue
         raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * req.n}", "n")
-    return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None, names)
+    echo = Echo(prompts, req.n) if req.echo else None
+    if echo is not None and (req.logprobs is not None or any(p.text is None for p in prompts)):
+        # the prompt's logprobs, or its text from token ids: every prompt token is computed
+        params = dataclasses.replace(params, prompt_logprobs=req.logprobs or 0)
+    return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None, names,
+                      echo=echo)
 
 
 @router.get("/v1/models")

@@ -153,7 +153,7 @@ class CompletionRequest(SamplingFields, ConstraintFields):
              | Annotated[list[TokenId], Field(min_length=1)]
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False  # not supported: true is a 400
+    echo: bool = False  # the prompt before the completion (and its logprobs, with logprobs)
 
 
 class GenerateSampling(_Strict):

@@ -83,6 +83,13 @@ class DetokenizeManager:
         lp = out.logprob if out.logprob is not None else 0.0
         return TokenLogprob(self.tokenizer.decode([out.token_id]), lp, top)
 
+    def _prompt_logprobs(self, rows: list[list]) -> tuple[list[TokenLogprob], str]:
+        """Each prompt token's text, logprob and best alternatives; and the whole prompt's text."""
+        lps = [TokenLogprob(self.tokenizer.decode([t]), lp,
+                            [[self.tokenizer.decode([i]), v] for i, v in best])
+               for t, lp, best in rows]
+        return lps, self.tokenizer.decode([row[0] for row in rows])
+
     def process(self, out: TokenMsg) -> tuple[UserReply | None, bool]:
         """One scheduler output → (reply for the API or None, True if a stop string matched and the
         scheduler must abort the request)."""
@@ -108,6 +115,8 @@ class DetokenizeManager:
             completion_tokens=len(s.ids),
             logprobs=[self._logprob(out)] if s.want_logprobs else None,
         )
+        if out.prompt_logprobs is not None:
+            reply.prompt_logprobs, reply.prompt_text = self._prompt_logprobs(out.prompt_logprobs)
         if finished:
             self.finish(out.uid)
         return reply, stopped and not out.finished
