@@ -86,7 +86,7 @@ def keda_query(spec: ServiceSpec) -> str:
     sel = f'namespace="{spec.namespace}",pod=~"{spec.name}-{pods}"'
     return {
         "requests": f"sum(radixserve_running{{{sel}}}) + sum(radixserve_waiting{{{sel}}})",
-        "kvCache": f"sum(radixserve_kv_pages_used{{{sel}}} / radixserve_kv_pages_total{{{sel}}})",
+        "kvCache": f"sum(radixserve_kv_cache_usage_ratio{{{sel}}})",
         "tokens": f"sum(rate(radixserve_generation_tokens_total{{{sel}}}[1m]))",
     }[a.metric]
 

@@ -97,7 +97,7 @@ def test_dashboard_covers_what_an_operator_of_llm_serving_watches() -> None:
     exprs = " ".join(_exprs(_dashboard()))
     for needed in ("radixserve_generation_tokens_total", "radixserve_time_to_first_token_seconds_bucket",
                    "radixserve_time_per_output_token_seconds_bucket", "radixserve_e2e_request_latency_seconds_bucket",
-                   "radixserve_waiting", "radixserve_running", "radixserve_kv_pages_used", "radixserve_kv_pages_total",
+                   "radixserve_waiting", "radixserve_running", "radixserve_kv_cache_usage_ratio", "radixserve_kv_pages_total",
                    "radixserve_prefix_cache_hit_tokens_total", 'resource="nvidia_com_gpu"'):
         assert needed in exprs, needed
     for q in ("0.5", "0.99"):

@@ -70,8 +70,7 @@ def test_runtime_exports_the_series_the_rules_read() -> None:
     for series in (
         "radixserve_running",
         "radixserve_waiting",
-        "radixserve_kv_pages_used",
-        "radixserve_kv_pages_total",
+        "radixserve_kv_cache_usage_ratio",
         "radixserve_generation_tokens_total",
     ):
         assert f"\n{series} " in text or f"\n{series}{{" in text, series

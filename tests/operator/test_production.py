@@ -272,7 +272,7 @@ def test_scaled_object_queries_prometheus(make_body, fetch, monkeypatch) -> None
     sel = 'namespace="serving",pod=~"llm-[a-z0-9]+-[a-z0-9]+"'
     assert (
         meta["query"]
-        == f"sum(radixserve_kv_pages_used{{{sel}}} / radixserve_kv_pages_total{{{sel}}})"
+        == f"sum(radixserve_kv_cache_usage_ratio{{{sel}}})"
     )
     own = {
         "engine": "keda",

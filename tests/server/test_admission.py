@@ -144,3 +144,23 @@ def test_chat_without_max_tokens_gets_the_server_default(srv) -> None:
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 7
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
+
+
+def test_kv_usage_ratio_counts_what_running_requests_hold_not_the_cache(srv) -> None:
+    """The autoscaling signal: pages the prefix cache keeps but could evict count as free."""
+    _wait_for(srv, _idle)
+    r = httpx.post(f"{srv.base}/v1/completions", timeout=120,
+                   json={"prompt": [9] * 600, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200
+    m = _wait_for(srv, lambda m: _idle(m) and m["radixserve_kv_cache_usage_ratio"] == 0)
+    assert m["radixserve_kv_pages_used"] >= 600  # the prompt stays in the radix cache
+    bigs = [Stream(srv.base, BIG) for _ in range(2)]
+    try:
+        assert all(b.first_token.wait(60) for b in bigs)
+        # each reserves prompt + max_tokens; the second shares the first's cached prompt prefix
+        reserved = (2 * (len(BIG["prompt"]) + BIG["max_tokens"]) - len(BIG["prompt"])) / KV_TOKENS
+        _wait_for(srv, lambda m: m["radixserve_kv_cache_usage_ratio"] >= reserved - 1e-6, 30)
+    finally:
+        for b in bigs:
+            b.close()
+    _wait_for(srv, lambda m: _idle(m) and m["radixserve_kv_cache_usage_ratio"] == 0, 60)

@@ -343,6 +343,9 @@ class Scheduler:
             "prefill_tokens": self.prefill_tokens,
             "evictable_tokens": size.evictable,
             "protected_tokens": size.protected,
+            # what running requests hold or lock: the pool minus free pages and evictable cache
+            "kv_tokens_in_use": self.cache.num_slots - self.cache.available_tokens,
+            "kv_tokens_total": self.cache.num_slots,
         }
 
     def check_integrity(self) -> None:

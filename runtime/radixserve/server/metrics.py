@@ -34,6 +34,10 @@ class ServerMetrics:
             "aborted_waiting": Counter("radixserve_aborted_waiting_requests", "Requests aborted while waiting, before any prefill", registry=r),
         }
         self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
+        # NOTE: the autoscaling signal: pages the prefix cache keeps but could evict count as free
+        # (as vLLM's KV usage), else a server that once filled its cache would read full forever
+        self.kv_usage = Gauge("radixserve_kv_cache_usage_ratio", "Share of the KV pool held or locked by "
+                              "running requests (0..1); evictable prefix-cache pages count as free", registry=r)
         self.integrity = Gauge("radixserve_kv_integrity_ok", "1 when the idle scheduler's KV/radix check passed, 0 if it failed, -1 while busy", registry=r)
         self.ttft = Histogram("radixserve_time_to_first_token_seconds", "Time from submission to a request's first token",
                               buckets=_TTFT_BUCKETS, registry=r)
@@ -50,6 +54,8 @@ class ServerMetrics:
         for key, gauge in self.gauges.items():
             if key in msg.stats:
                 gauge.set(msg.stats[key])
+        if msg.stats.get("kv_tokens_total"):
+            self.kv_usage.set(msg.stats["kv_tokens_in_use"] / msg.stats["kv_tokens_total"])
         for key, counter in self.counters.items():
             total = msg.stats.get(key, self._last[key])
             if total > self._last[key]:
