@@ -9,6 +9,8 @@ from radixserve.messages.types import (
     RequestFailed,
     RequestStarted,
     SchedulerStats,
+    TextOpMsg,
+    TextOpReply,
     TokenBatch,
     TokenizeMsg,
     TokenLogprob,
@@ -18,7 +20,8 @@ from radixserve.messages.types import (
 )
 
 __all__ = [
-    "AbortMsg", "Heartbeat", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TokenBatch", "TokenLogprob",
+    "AbortMsg", "Heartbeat", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TextOpMsg", "TextOpReply",
+    "TokenBatch", "TokenLogprob",
     "TokenMsg", "TokenizeMsg", "UserMsg", "UserReply", "decode", "encode", "make_socket",
     "message", "recv_nowait", "send",
 ]

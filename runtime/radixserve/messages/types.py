@@ -13,6 +13,32 @@ register_external(SamplingParams)
 
 @message
 @dataclass
+class TextOpMsg:
+    """API → tokenizer: `/tokenize` or `/detokenize` alone, nothing generated."""
+
+    uid: int
+    op: str  # "tokenize" | "detokenize"
+    text: str | None = None
+    chat: list[dict] | None = None  # as TokenizeMsg's
+    tokens: list[int] | None = None  # detokenize
+    add_special_tokens: bool = True  # tokenize a text
+    add_generation_prompt: bool = True  # tokenize a chat
+
+
+@message
+@dataclass
+class TextOpReply:
+    """Tokenizer → API: the answer to a TextOpMsg, or the field at fault and why."""
+
+    uid: int
+    tokens: list[int] | None = None
+    text: str | None = None
+    error: str | None = None
+    param: str | None = None
+
+
+@message
+@dataclass
 class TokenizeMsg:
     uid: int
     params: SamplingParams

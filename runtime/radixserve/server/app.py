@@ -19,6 +19,7 @@ from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
 from radixserve.server.state import ServerState, StateDep
+from radixserve.server.tokenize_api import router as tokenize_router
 
 _HEALTH_GENERATE_TIMEOUT_S = 30.0
 
@@ -45,6 +46,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.server = state
     install_error_handlers(app)
     app.include_router(openai_router)
+    app.include_router(tokenize_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
     install_openapi(app, open_paths, state.api_key is not None)
     app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)

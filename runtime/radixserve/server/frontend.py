@@ -17,6 +17,8 @@ from radixserve.messages import (
     IpcAddresses,
     RequestFailed,
     SchedulerStats,
+    TextOpMsg,
+    TextOpReply,
     TokenizeMsg,
     UserReply,
     decode,
@@ -138,6 +140,29 @@ class Frontend:
             stream.close()  # aborts what was sent: a cancelled submit leaves nothing behind
             raise
         return stream
+
+    async def text_op(self, msg: TextOpMsg) -> TextOpReply:
+        """`/tokenize` or `/detokenize` through a tokenizer process; APIError if it cannot answer."""
+        if self.failure:
+            raise APIError(503, f"the server is failing: {self.failure}")
+        queue: asyncio.Queue = asyncio.Queue()
+        self.routes[msg.uid] = queue
+        try:
+            await self.to_tokenizer.send(encode(msg))
+            while True:
+                try:
+                    reply = await asyncio.wait_for(queue.get(), _LIVENESS_S)
+                    break
+                except asyncio.TimeoutError:
+                    if self.failure:
+                        raise APIError(503, f"the server is failing: {self.failure}") from None
+        finally:
+            self.routes.pop(msg.uid, None)
+        if isinstance(reply, RequestFailed):  # the server failed meanwhile (`fail`)
+            raise APIError(reply.status, reply.message)
+        if reply.error is not None:
+            raise APIError(400 if reply.param else 500, reply.error, reply.param)
+        return reply
 
     def new_uid(self) -> int:
         return next(self.uids)

@@ -19,6 +19,7 @@ from radixserve.server.errors import APIError, bad_value, short
 from radixserve.server.protocol import (
     MAX_N,
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     SamplingFields,
 )
@@ -48,16 +49,16 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
         raise bad_value(e, names) from None
 
 
-def _check_model(state: ServerState, model: str | None) -> None:
+def check_model(state: ServerState, model: str | None) -> None:
     if model is not None and model not in (state.model_name, state.model_path):
         raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
 
 
-def _chat_messages(req: ChatCompletionRequest) -> list[dict]:
+def chat_messages(messages: list[ChatMessage]) -> list[dict]:
     """The messages as the chat template takes them: `content` a string ("" for none, which every
     template accepts), assistant `tool_calls` and the tool's `tool_call_id` kept."""
     out = []
-    for i, m in enumerate(req.messages):
+    for i, m in enumerate(messages):
         content = m.content
         if isinstance(content, list):
             if any(p.type != "text" or p.text is None for p in content):
@@ -217,7 +218,7 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
-    _check_model(state, req.model)
+    check_model(state, req.model)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
@@ -232,13 +233,13 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     names |= grammar.names if grammar is not None else {}
     params = build_params(req, state.default_max_tokens if limit is None else limit,
                           (req.top_logprobs or 0) if req.logprobs else None, names, grammar)
-    prompts = [Prompt(chat=_chat_messages(req), tools=plan.tools_json)]
+    prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json)]
     return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan)
 
 
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
-    _check_model(state, req.model)
+    check_model(state, req.model)
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names, grammar)

@@ -1,6 +1,6 @@
 """The OpenAPI document, made to say what the server sends: validation failures are 400 (not
 FastAPI's 422) with OpenAI's error body, `/metrics` is Prometheus text, the POST routes stream
-`text/event-stream` when asked, and every route but the open ones needs the bearer key."""
+`text/event-stream` when asked (the generating ones), and every route but the open ones needs the bearer key."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,9 +26,11 @@ _ERRORS = {
     ("post", "/v1/chat/completions"): (400, 404, 500, 503),
     ("post", "/v1/completions"): (400, 404, 500, 503),
     ("post", "/generate"): (400, 500, 503),
+    **{("post", f"{v}/{op}"): (400, 404, 500, 503) for v in ("", "/v1") for op in ("tokenize", "detokenize")},
     ("get", "/health"): (503,),
     ("get", "/health_generate"): (503,),
 }
+_STREAMING = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
 # each server-sent event: `data:` is a JSON chunk, an error body, or `[DONE]` last
 _SSE = {"text/event-stream": {"schema": {"type": "object", "required": ["data"],
                                          "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}}}
@@ -53,7 +55,7 @@ def build_openapi(app: FastAPI, open_paths: frozenset[str], keyed: bool) -> dict
             responses.pop("422", None)
             for status in _ERRORS.get((method, path), ()):
                 responses[str(status)] = _error(status)
-            if method == "post":
+            if method == "post" and path in _STREAMING:
                 responses["200"]["content"].update(_SSE)
             if keyed and path not in open_paths:
                 op["security"] = [{"bearer": []}]

@@ -190,3 +190,20 @@ class GenerateRequest(_Strict):
     input_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False
+
+
+class TokenizeRequest(_Strict):
+    """`/tokenize` (vLLM's): a text or a conversation (through the chat template) to token ids."""
+
+    model: Text | None = None
+    prompt: Prompt | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool = True  # a prompt: the tokenizer's BOS/EOS, as completions add them
+    add_generation_prompt: bool = True  # messages: end with the assistant's turn, as chat does
+
+
+class DetokenizeRequest(_Strict):
+    """`/detokenize` (vLLM's): token ids to text, special tokens included."""
+
+    model: Text | None = None
+    tokens: list[TokenId] = Field(max_length=1 << 20)

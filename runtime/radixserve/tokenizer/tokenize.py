@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from radixserve.messages import TokenizeMsg
+from radixserve.messages import TextOpMsg, TextOpReply, TokenizeMsg
 
 
 def template_messages(chat: list[dict]) -> list[dict]:
@@ -39,15 +39,38 @@ class TokenizeManager:
         if msg.input_ids is not None:
             return list(msg.input_ids)
         if msg.chat is not None:
-            if self.tokenizer.chat_template is None:
-                raise ValueError("messages cannot be used: this model's tokenizer has no chat template")
-            tools = json.loads(msg.tools) if msg.tools is not None else None
-            try:
-                text = self.tokenizer.apply_chat_template(
-                    template_messages(msg.chat), tools=tools, tokenize=False, add_generation_prompt=True
-                )
-            except Exception as e:  # jinja raises for conversations the template forbids
-                raise ValueError(f"messages do not fit the model's chat template: {e}") from e
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.chat_ids(msg.chat, msg.tools)
         assert msg.text is not None, "TokenizeMsg without a prompt"
         return self.tokenizer.encode(msg.text)
+
+    def chat_ids(self, chat: list[dict], tools_json: str | None = None,
+                 add_generation_prompt: bool = True) -> list[int]:
+        """A conversation through the model's chat template; ValueError naming `messages`."""
+        if self.tokenizer.chat_template is None:
+            raise ValueError("messages cannot be used: this model's tokenizer has no chat template")
+        tools = json.loads(tools_json) if tools_json is not None else None
+        try:
+            text = self.tokenizer.apply_chat_template(
+                template_messages(chat), tools=tools, tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except Exception as e:  # jinja raises for conversations the template forbids
+            raise ValueError(f"messages do not fit the model's chat template: {e}") from e
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def text_op(self, msg: TextOpMsg) -> TextOpReply:
+        """`/tokenize` and `/detokenize`: the answer, or the field at fault and why."""
+        tok = self.tokenizer
+        try:
+            if msg.op == "detokenize":
+                assert msg.tokens is not None
+                if any(not 0 <= t < len(tok) for t in msg.tokens):
+                    return TextOpReply(msg.uid, error=f"tokens: token ids must be in [0, {len(tok)})",
+                                       param="tokens")
+                return TextOpReply(msg.uid, text=tok.decode(msg.tokens))
+            if msg.chat is not None:
+                return TextOpReply(msg.uid, tokens=self.chat_ids(msg.chat, None, msg.add_generation_prompt))
+            assert msg.text is not None, "TextOpMsg without a prompt"
+            return TextOpReply(msg.uid, tokens=tok.encode(msg.text, add_special_tokens=msg.add_special_tokens))
+        except ValueError as e:
+            return TextOpReply(msg.uid, error=str(e), param="messages")

@@ -15,6 +15,8 @@ from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
     RequestFailed,
+    TextOpMsg,
+    TextOpReply,
     TokenizeMsg,
     UserMsg,
     decode,
@@ -51,7 +53,15 @@ class TokenizerWorker:
             self.detok_in = make_socket(ctx, zmq.PULL, addrs.detokenizer, bind=True)
             self.poller.register(self.detok_in, zmq.POLLIN)
 
-    def _tokenize(self, msg: TokenizeMsg) -> None:
+    def _tokenize(self, msg: TokenizeMsg | TextOpMsg) -> None:
+        if isinstance(msg, TextOpMsg):
+            try:
+                reply = self.tokenizer.text_op(msg)
+            except Exception:
+                logger.exception("tokenizer: could not %s for request %d", msg.op, msg.uid)
+                reply = TextOpReply(msg.uid, error=f"internal error in {msg.op}")
+            send(self.to_api, [reply])
+            return
         try:
             ids = self.tokenizer.tokenize(msg)
         except ValueError as e:

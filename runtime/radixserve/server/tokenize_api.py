@@ -1,0 +1,36 @@
+"""`/tokenize` and `/detokenize` (also under `/v1/`), as vLLM serves them: a client counts a
+prompt's tokens against the context, or reads ids back as text, with the server's own tokenizer
+and chat template, and nothing is generated."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from radixserve.messages import TextOpMsg
+from radixserve.server.errors import APIError
+from radixserve.server.openai_api import chat_messages, check_model
+from radixserve.server.protocol import DetokenizeRequest, TokenizeRequest
+from radixserve.server.state import StateDep
+
+router = APIRouter()
+
+
+@router.post("/tokenize")
+@router.post("/v1/tokenize")
+async def tokenize(req: TokenizeRequest, state: StateDep) -> dict:
+    check_model(state, req.model)
+    if (req.prompt is None) == (req.messages is None):
+        raise APIError(400, "give exactly one of prompt and messages", "prompt")
+    chat = chat_messages(req.messages) if req.messages is not None else None
+    msg = TextOpMsg(state.frontend.new_uid(), "tokenize", text=req.prompt, chat=chat,
+                    add_special_tokens=req.add_special_tokens,
+                    add_generation_prompt=req.add_generation_prompt)
+    tokens = (await state.frontend.text_op(msg)).tokens or []
+    return {"count": len(tokens), "max_model_len": state.max_seq_len, "tokens": tokens}
+
+
+@router.post("/detokenize")
+@router.post("/v1/detokenize")
+async def detokenize(req: DetokenizeRequest, state: StateDep) -> dict:
+    check_model(state, req.model)
+    msg = TextOpMsg(state.frontend.new_uid(), "detokenize", tokens=list(req.tokens))
+    return {"prompt": (await state.frontend.text_op(msg)).text or ""}
