@@ -31,6 +31,7 @@ class SamplingParams:
     # the logprob of every prompt token after the first, with the k best at its position
     # (vLLM's prompt_logprobs; completions' echo): the whole prompt is computed, not cached
     prompt_logprobs: int | None = None
+    priority: int = 0  # admission order: lower first, arrival order among equals (vLLM's)
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
     # when the grammar is complete, even with ignore_eos
     json_schema: str | None = None  # a JSON Schema as JSON text; '{"type": "object"}': any object
@@ -78,6 +79,8 @@ class SamplingParams:
         if self.prompt_logprobs is not None and (not integer(self.prompt_logprobs)
                                                  or not 0 <= self.prompt_logprobs <= 20):
             raise bad("prompt_logprobs", "must be an integer between 0 and 20")
+        if not integer(self.priority) or not -MAX_TOKEN_ID - 1 <= self.priority <= MAX_TOKEN_ID:
+            raise bad("priority", "must be a 32-bit integer")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", "must be non-empty strings")
         if not isinstance(self.stop_token_ids, list) or not all(

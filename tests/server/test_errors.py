@@ -48,6 +48,7 @@ CASES = [
     ("logit_bias over 100", "/v1/completions", AUTH, {"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias", None),
     ("min_tokens over max_tokens", "/v1/completions", AUTH, {"prompt": "x", "max_tokens": 3, "min_tokens": 4}, 400, "min_tokens", None),
     ("min_tokens with a grammar", "/v1/completions", AUTH, {"prompt": "x", "min_tokens": 2, "regex": "a+"}, 400, "min_tokens", None),
+    ("priority not an integer", "/v1/completions", AUTH, {"prompt": "x", "priority": "high"}, 400, "priority", None),
     ("min_tokens over the context left", "/v1/chat/completions", AUTH, {"messages": [{"role": "user", "content": "hi"}], "min_tokens": 10**6}, 400, "min_tokens", None),
 ]
 

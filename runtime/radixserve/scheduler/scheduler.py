@@ -18,6 +18,9 @@ Mixed batches (`SchedulerConfig.mixed_chunk`, `--enable-mixed-chunk`, SGLang's m
 prefill batch also carries one token of every decoding request, as an extend of length 1, so running
 requests keep emitting while a long prompt is prefilled (no CUDA graph for that step).
 
+Priorities (`SamplingParams.priority`, lower first): the waiting queue is kept in priority order,
+arrival order among equals; a running request is never preempted.
+
 A request's life is owned here: `add_request` admits it (`admission.py`: every check, once),
 `abort` drops it in any state and in either order with its arrival (`ledger.py`), `step` stops it
 on EOS, a stop token id, `max_tokens` or a complete grammar and releases its KV. Stop *strings*
@@ -118,8 +121,16 @@ class Scheduler:
         if params.constrained:
             self.grammars.submit(req)  # queued by admit_grammars once compiled
         else:
-            self.waiting.append(req)
+            self._enqueue(req)
         return params
+
+    def _enqueue(self, req: Req) -> None:
+        """Into the waiting queue behind every request of its priority or a more urgent one."""
+        w, prio = self.waiting, req.params.priority
+        i = len(w)
+        while i > 0 and w[i - 1].params.priority > prio:  # usually none: all share priority 0
+            i -= 1
+        w.insert(i, req)
 
     def abort(self, uid: int) -> bool:
         """Safe in any state, and before the request arrives: True if a queued or running request
@@ -155,7 +166,8 @@ class Scheduler:
         if not uids:
             return []
         ready, failed = self.grammars.admit(uids)
-        self.waiting.extend(ready)
+        for req in ready:
+            self._enqueue(req)
         for f in failed:
             self._forget(f.uid)
         self._failures += failed

@@ -65,6 +65,7 @@ class SamplingFields(_Strict):
     ignore_eos: bool = False
     logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)  # "token id": bias
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)  # vLLM's: no EOS, stop token or string before
+    priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)  # vLLM's: lower is admitted first
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -176,6 +177,7 @@ class GenerateSampling(_Strict):
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     logit_bias: dict[str, float] = Field(default_factory=dict, max_length=MAX_LOGIT_BIAS)
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)
+    priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None
