@@ -108,7 +108,7 @@ QWEN_LIKE = (
 
 
 def test_a_tool_conversation_reaches_the_template_as_transformers_passes_it() -> None:
-    from radixserve.server.openai_api import _chat_messages
+    from radixserve.server.openai_api import chat_messages
 
     req = _chat(messages=[
         {"role": "user", "content": "Weather in Paris?"},
@@ -117,7 +117,7 @@ def test_a_tool_conversation_reaches_the_template_as_transformers_passes_it() ->
             {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "not json"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], tools=[WEATHER, NOW])
     plan = plan_tools(req, "hermes")
-    msg = decode(encode(TokenizeMsg(1, SamplingParams(), chat=_chat_messages(req), tools=plan.tools_json)))
+    msg = decode(encode(TokenizeMsg(1, SamplingParams(), chat=chat_messages(req.messages), tools=plan.tools_json)))
     tokenizer = build_tokenizer()
     tokenizer.chat_template = QWEN_LIKE
     text = tokenizer.decode(TokenizeManager(tokenizer).tokenize(msg))
@@ -129,7 +129,10 @@ def test_a_tool_conversation_reaches_the_template_as_transformers_passes_it() ->
 
 
 def test_message_rules() -> None:
-    from radixserve.server.openai_api import _chat_messages
+    from radixserve.server.openai_api import chat_messages
+
+    def _chat_messages(req):
+        return chat_messages(req.messages)
 
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     assert _error(_chat_messages, _chat(messages=[{"role": "user", "content": "x", "tool_calls": [call]}])).param == "messages.0.tool_calls"
