@@ -52,3 +52,30 @@ def test_bad_requests_name_the_field(server, path, body, param) -> None:
     r = _post(server, path, body)
     assert r.status_code in (400, 404), r.text
     assert r.json()["error"]["param"] == param
+
+
+PREFILL = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+
+
+def test_continue_final_message_extends_the_assistant_text(server, tiny_tokenizer) -> None:
+    body = {"messages": PREFILL, "add_generation_prompt": False, "continue_final_message": True}
+    got = _post(server, "/tokenize", body).json()["tokens"]
+    text = tiny_tokenizer.apply_chat_template(PREFILL, tokenize=False, add_generation_prompt=False,
+                                              continue_final_message=True)
+    assert text.endswith("The colour is")  # no end of turn: the reply goes on from here
+    assert got == tiny_tokenizer.encode(text, add_special_tokens=False)
+    r = _post(server, "/v1/chat/completions", body | {"max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(got)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"messages": PREFILL, "continue_final_message": True}, "continue_final_message"),
+    ({"messages": PREFILL[:1], "add_generation_prompt": False, "continue_final_message": True},
+     "continue_final_message"),
+    ({"messages": PREFILL[:1], "chat_template_kwargs": {"tools": []}}, "chat_template_kwargs"),
+])
+def test_bad_template_options_name_the_field(server, body, param) -> None:
+    for path in ("/v1/chat/completions", "/tokenize"):
+        r = _post(server, path, body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -23,6 +23,8 @@ class TextOpMsg:
     tokens: list[int] | None = None  # detokenize
     add_special_tokens: bool = True  # tokenize a text
     add_generation_prompt: bool = True  # tokenize a chat
+    continue_final_message: bool = False
+    template_kwargs: str | None = None  # JSON text
 
 
 @message
@@ -50,6 +52,10 @@ class TokenizeMsg:
     # the chat's tools (OpenAI's `tools`) as JSON text. NOTE: JSON text, not maps: a client's map
     # holding the codec's type tag must not be revived as a message on the way
     tools: str | None = None
+    # chat: end with the assistant's turn opened, or continue the last (assistant) message
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    template_kwargs: str | None = None  # chat_template_kwargs as JSON text (as `tools`)
 
 
 @message

@@ -27,6 +27,9 @@ class Prompt:
     chat: list[dict] | None = None
     input_ids: list[int] | None = None
     tools: str | None = None  # chat: the tools for the template, as JSON text
+    add_generation_prompt: bool = True  # chat: the template's options (`TokenizeMsg`)
+    continue_final_message: bool = False
+    template_kwargs: str | None = None
 
 
 @dataclass
@@ -69,7 +72,8 @@ class Dispatch:
         for prompt in prompts:
             for p in choice_params(params, n):  # as `LLM`'s n: the same choices
                 self.msgs.append(TokenizeMsg(frontend.new_uid(), p, prompt.text, prompt.chat, prompt.input_ids,
-                                             auto_max_tokens, prompt.tools))
+                                             auto_max_tokens, prompt.tools, prompt.add_generation_prompt,
+                                             prompt.continue_final_message, prompt.template_kwargs))
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
         self.access = current_access.get()  # the HTTP request's record, for its access line

@@ -3,9 +3,11 @@ over the dispatcher."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -52,6 +54,33 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
 def check_model(state: ServerState, model: str | None) -> None:
     if model is not None and model not in (state.model_name, state.model_path):
         raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
+
+
+# apply_chat_template's own arguments: a template variable must not replace one of them
+_TEMPLATE_ARGUMENTS = frozenset({
+    "conversation", "messages", "tools", "documents", "chat_template", "tokenize", "padding",
+    "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs", "add_generation_prompt", "continue_final_message",
+})
+
+
+def template_options(messages: list[ChatMessage], add_generation_prompt: bool,
+                     continue_final_message: bool, kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """The chat template's options as `TokenizeMsg`/`TextOpMsg` take them; 400 for a bad mix."""
+    if continue_final_message:
+        if add_generation_prompt:
+            raise APIError(400, "continue_final_message needs add_generation_prompt false: the reply "
+                                "continues the last message instead of opening a new turn",
+                           "continue_final_message")
+        if messages[-1].role != "assistant":
+            raise APIError(400, "continue_final_message needs the last message to be the "
+                                "assistant's (the text the reply continues)", "continue_final_message")
+    if clash := sorted(set(kwargs or {}) & _TEMPLATE_ARGUMENTS):
+        raise APIError(400, f"chat_template_kwargs cannot set {', '.join(clash)} (a request field "
+                            "or the server's own)", "chat_template_kwargs")
+    return {"add_generation_prompt": add_generation_prompt,
+            "continue_final_message": continue_final_message,
+            "template_kwargs": json.dumps(kwargs) if kwargs else None}
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:
@@ -233,7 +262,9 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     names |= grammar.names if grammar is not None else {}
     params = build_params(req, state.default_max_tokens if limit is None else limit,
                           (req.top_logprobs or 0) if req.logprobs else None, names, grammar)
-    prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json)]
+    options = template_options(req.messages, req.add_generation_prompt, req.continue_final_message,
+                               req.chat_template_kwargs)
+    prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json, **options)]
     return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan)
 
 

@@ -147,6 +147,11 @@ class ChatCompletionRequest(SamplingFields, ConstraintFields):
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, else "none"
     parallel_tool_calls: bool = True
+    # vLLM's chat template options: a reply that continues the last (assistant) message, and
+    # variables for the template (Qwen3's enable_thinking)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class CompletionRequest(SamplingFields, ConstraintFields):
@@ -202,6 +207,8 @@ class TokenizeRequest(_Strict):
     messages: list[ChatMessage] | None = Field(None, min_length=1)
     add_special_tokens: bool = True  # a prompt: the tokenizer's BOS/EOS, as completions add them
     add_generation_prompt: bool = True  # messages: end with the assistant's turn, as chat does
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class DetokenizeRequest(_Strict):

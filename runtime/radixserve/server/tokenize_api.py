@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from radixserve.messages import TextOpMsg
 from radixserve.server.errors import APIError
-from radixserve.server.openai_api import chat_messages, check_model
+from radixserve.server.openai_api import chat_messages, check_model, template_options
 from radixserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from radixserve.server.state import StateDep
 
@@ -20,10 +20,13 @@ async def tokenize(req: TokenizeRequest, state: StateDep) -> dict:
     check_model(state, req.model)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "give exactly one of prompt and messages", "prompt")
-    chat = chat_messages(req.messages) if req.messages is not None else None
+    chat, options = None, {}
+    if req.messages is not None:
+        chat = chat_messages(req.messages)
+        options = template_options(req.messages, req.add_generation_prompt,
+                                   req.continue_final_message, req.chat_template_kwargs)
     msg = TextOpMsg(state.frontend.new_uid(), "tokenize", text=req.prompt, chat=chat,
-                    add_special_tokens=req.add_special_tokens,
-                    add_generation_prompt=req.add_generation_prompt)
+                    add_special_tokens=req.add_special_tokens, **options)
     tokens = (await state.frontend.text_op(msg)).tokens or []
     return {"count": len(tokens), "max_model_len": state.max_seq_len, "tokens": tokens}
 

@@ -39,20 +39,25 @@ class TokenizeManager:
         if msg.input_ids is not None:
             return list(msg.input_ids)
         if msg.chat is not None:
-            return self.chat_ids(msg.chat, msg.tools)
+            return self.chat_ids(msg.chat, msg.tools, msg.add_generation_prompt,
+                                 msg.continue_final_message, msg.template_kwargs)
         assert msg.text is not None, "TokenizeMsg without a prompt"
         return self.tokenizer.encode(msg.text)
 
     def chat_ids(self, chat: list[dict], tools_json: str | None = None,
-                 add_generation_prompt: bool = True) -> list[int]:
-        """A conversation through the model's chat template; ValueError naming `messages`."""
+                 add_generation_prompt: bool = True, continue_final_message: bool = False,
+                 kwargs_json: str | None = None) -> list[int]:
+        """A conversation through the model's chat template (with `chat_template_kwargs`, e.g.
+        Qwen3's `enable_thinking`); ValueError naming `messages`."""
         if self.tokenizer.chat_template is None:
             raise ValueError("messages cannot be used: this model's tokenizer has no chat template")
         tools = json.loads(tools_json) if tools_json is not None else None
+        extra = json.loads(kwargs_json) if kwargs_json is not None else {}
         try:
             text = self.tokenizer.apply_chat_template(
                 template_messages(chat), tools=tools, tokenize=False,
                 add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, **extra,
             )
         except Exception as e:  # jinja raises for conversations the template forbids
             raise ValueError(f"messages do not fit the model's chat template: {e}") from e
@@ -69,7 +74,9 @@ class TokenizeManager:
                                        param="tokens")
                 return TextOpReply(msg.uid, text=tok.decode(msg.tokens))
             if msg.chat is not None:
-                return TextOpReply(msg.uid, tokens=self.chat_ids(msg.chat, None, msg.add_generation_prompt))
+                return TextOpReply(msg.uid, tokens=self.chat_ids(
+                    msg.chat, None, msg.add_generation_prompt, msg.continue_final_message,
+                    msg.template_kwargs))
             assert msg.text is not None, "TextOpMsg without a prompt"
             return TextOpReply(msg.uid, tokens=tok.encode(msg.text, add_special_tokens=msg.add_special_tokens))
         except ValueError as e:

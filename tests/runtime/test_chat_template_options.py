@@ -1,0 +1,37 @@
+"""The chat template's options as the tokenizer applies them: variables from
+`chat_template_kwargs` (Qwen3's `enable_thinking`) and `continue_final_message`."""
+from __future__ import annotations
+
+import json
+
+from radixserve.messages import TokenizeMsg
+from radixserve.sampling_params import SamplingParams
+from radixserve.testing import build_tokenizer
+from radixserve.tokenizer.tokenize import TokenizeManager
+
+TEMPLATE = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{%- if not (loop.last and continue_final_message) %}<|im_end|>\n{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and not enable_thinking %}<think></think>{%- endif %}{%- endif %}"
+)
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+def _text(**kw) -> str:
+    tok = build_tokenizer()
+    tok.chat_template = TEMPLATE
+    ids = TokenizeManager(tok).tokenize(TokenizeMsg(1, SamplingParams(), chat=kw.pop("chat", CHAT), **kw))
+    return tok.decode(ids)
+
+
+def test_template_kwargs_reach_the_template() -> None:
+    assert _text().endswith("<|im_start|>assistant")
+    assert _text(template_kwargs=json.dumps({"enable_thinking": False})).endswith("<think></think>")
+    assert _text(template_kwargs=json.dumps({"enable_thinking": True})).endswith("assistant")
+
+
+def test_continue_final_message_leaves_the_turn_open() -> None:
+    chat = CHAT + [{"role": "assistant", "content": "Hello the"}]
+    assert _text(chat=chat, add_generation_prompt=False, continue_final_message=True).endswith("Hello the")
+    assert _text(chat=chat, add_generation_prompt=False).endswith("Hello the<|im_end|>")
