@@ -119,6 +119,12 @@ class LLM:
             return list(prompt)  # type: ignore[arg-type]
         return self._tokenize.tokenize(msg)
 
+    def embed(self, prompts: Prompt | Sequence[Prompt], *, chat: bool = False) -> list[list[float]]:
+        """Each prompt's embedding, as `/v1/embeddings` gives it: the hidden state after the
+        final norm at its last token, L2-normalized (Qwen3-Embedding's pooling)."""
+        return [r.embedding or [] for r in self.generate(
+            prompts, SamplingParams(max_tokens=1, embed=True), chat=chat)]
+
     def generate(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None, *,
                  chat: bool = False, progress: bool = False, n: int = 1) -> list[GenerateResult]:
         """One result per prompt and choice (prompt-major: prompt i's choice j is at i*n + j).

@@ -32,6 +32,8 @@ class SamplingParams:
     # (vLLM's prompt_logprobs; completions' echo): the whole prompt is computed, not cached
     prompt_logprobs: int | None = None
     priority: int = 0  # admission order: lower first, arrival order among equals (vLLM's)
+    # an embedding request: the prompt's last hidden state (L2-normalized), no token generated
+    embed: bool = False
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
     # when the grammar is complete, even with ignore_eos
     json_schema: str | None = None  # a JSON Schema as JSON text; '{"type": "object"}': any object
@@ -81,6 +83,8 @@ class SamplingParams:
             raise bad("prompt_logprobs", "must be an integer between 0 and 20")
         if not integer(self.priority) or not -MAX_TOKEN_ID - 1 <= self.priority <= MAX_TOKEN_ID:
             raise bad("priority", "must be a 32-bit integer")
+        if self.embed and (self.max_tokens != 1 or self.constrained or self.prompt_logprobs is not None):
+            raise bad("embed", "takes no generation options (max_tokens 1, no grammar or prompt_logprobs)")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", "must be non-empty strings")
         if not isinstance(self.stop_token_ids, list) or not all(

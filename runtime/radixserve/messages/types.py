@@ -85,6 +85,7 @@ class TokenMsg:
     top_logprobs: list[list] | None = None  # [[token id, logprob], …] best first
     # on a request's first token, if asked for: [[token id, logprob or None, [[id, logprob], …]], …]
     prompt_logprobs: list[list] | None = None
+    embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
 
 
 @message
@@ -126,6 +127,7 @@ class UserReply:
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None  # with the first reply, if asked for
     prompt_text: str | None = None  # the prompt decoded, with `prompt_logprobs`
+    embedding: list[float] | None = None  # an embedding request's answer
 
 
 @message

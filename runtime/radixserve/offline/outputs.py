@@ -18,6 +18,7 @@ class GenerateResult:
     logprobs: list[TokenLogprob] | None = None
     # with SamplingParams.prompt_logprobs: the same for each prompt token (the first's logprob None)
     prompt_logprobs: list[TokenLogprob] | None = None
+    embedding: list[float] | None = None  # with SamplingParams(embed=True): no tokens, this
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Collector:
         self.reasons: list[str | None] = [None] * len(index)
         self.logprobs: list[list[TokenLogprob] | None] = [None] * len(index)
         self.prompt_logprobs: list[list[TokenLogprob] | None] = [None] * len(index)
+        self.embeddings: list[list[float] | None] = [None] * len(index)
         self.left = len(index)
         self.failure: Exception | None = None
 
@@ -75,6 +77,8 @@ class Collector:
             self.logprobs[i] = (self.logprobs[i] or []) + r.logprobs
         if r.prompt_logprobs is not None:
             self.prompt_logprobs[i] = r.prompt_logprobs
+        if r.embedding is not None:
+            self.embeddings[i] = r.embedding
         if r.finished:
             self.reasons[i] = r.finish_reason or "stop"
             self.left -= 1
@@ -89,4 +93,5 @@ class Collector:
             raise self.failure
         return [GenerateResult(self.text[i], self.tokens[i], self.reasons[i] or "stop",
                                self.prompt_ids[i // self.n], self.logprobs[i],
-                               self.prompt_logprobs[i]) for i in range(len(self.text))]
+                               self.prompt_logprobs[i], self.embeddings[i])
+                for i in range(len(self.text))]

@@ -10,6 +10,7 @@ from radixserve.engine.sampler import SampleResult
 from radixserve.scheduler.req import Req
 
 if TYPE_CHECKING:
+    from radixserve.scheduler.embed import Embeddings
     from radixserve.scheduler.prompt_logprobs import PromptLogprobs
 
 
@@ -21,6 +22,7 @@ class ForwardPass(NamedTuple):
     batch: Batch
     logits: torch.Tensor  # [bs, vocab], one row per item
     prompt_lp: PromptLogprobs | None = None  # of the requests that asked for them
+    embeds: Embeddings | None = None  # of the embedding requests whose prompt ends here
 
     @property
     def constrained(self) -> bool:
@@ -33,6 +35,7 @@ class InFlight(NamedTuple):
     host: SampleResult  # the sample copied into host memory (pinned on CUDA, filled async)
     event: torch.cuda.Event | None  # recorded after the copy; None on CPU
     prompt_lp: PromptLogprobs | None = None  # host copy, complete with `host`
+    embeds: Embeddings | None = None  # host copy, complete with `host`
 
     def wait(self) -> SampleResult:
         if self.event is not None:

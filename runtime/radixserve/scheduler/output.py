@@ -16,6 +16,7 @@ class TokenOutput(NamedTuple):
     # with the first token of a request that asked for them: (token id, logprob, top) of each
     # prompt token, the first with logprob None
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]]]] | None = None
+    embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
 
 
 class RequestFailure(NamedTuple):

@@ -41,7 +41,7 @@ from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler import prompt_logprobs
+from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
@@ -228,16 +228,21 @@ class Scheduler:
             return None
         batch = build_batch(items, self.table, self.device, decode)
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
+        embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
             req.kv_len += n
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
-        if lp_plan is None:
+        if lp_plan is None and not embed_reqs:
             return ForwardPass(items, emits, batch, self.engine.forward(batch))
-        logits, kept = self.engine.forward_keeping(batch, to_device(lp_plan.keep, self.device))
-        return ForwardPass(items, emits, batch, logits,
-                           prompt_logprobs.compute(self.engine.model, kept, lp_plan))
+        # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
+        lp_rows = lp_plan.keep if lp_plan is not None else []
+        logits, kept = self.engine.forward_keeping(batch, to_device(lp_rows + embed_rows, self.device))
+        return ForwardPass(
+            items, emits, batch, logits,
+            prompt_logprobs.compute(self.engine.model, kept[: len(lp_rows)], lp_plan) if lp_plan else None,
+            embed.compute(embed_reqs, kept[len(lp_rows):]) if embed_reqs else None)
 
     def _share_prompt(self, req: Req) -> None:
         """Put the prompt KV this batch computes in the prefix cache now, not when the request
@@ -252,7 +257,7 @@ class Scheduler:
 
     @torch.inference_mode()
     def _sample(self, fwd: ForwardPass) -> InFlight:
-        items, emits, batch, logits, prompt_lp = fwd
+        items, emits, batch, logits, prompt_lp, embeds = fwd
         masked = [(i, r.grammar) for i in emits
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
@@ -268,20 +273,29 @@ class Scheduler:
                 toks = res.tokens[to_device(emits, self.device)]
             self.table.token_pool[rows, cols] = toks
         prompt_lp = prompt_logprobs.to_host(prompt_lp) if prompt_lp is not None else None
-        host, event = copy_to_host(res)  # (its event also completes prompt_lp's copy)
-        return InFlight(items, emits, host, event, prompt_lp)
+        embeds = embed.to_host(embeds) if embeds is not None else None
+        host, event = copy_to_host(res)  # (its event also completes the copies above)
+        return InFlight(items, emits, host, event, prompt_lp, embeds)
 
     def _process(self, fl: InFlight) -> list[TokenOutput]:
         res = fl.wait()
         self._release_deferred()  # the batch that still wrote their KV is done now
         if fl.prompt_lp is not None:
             prompt_logprobs.record(fl.prompt_lp)
+        vectors = dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())) if fl.embeds else {}
         tokens = res.tokens.tolist()
         outputs: list[TokenOutput] = []
         for i in fl.emits:
             req = fl.items[i][0]
             if req.finished or req.aborted:
                 continue  # rode along after finishing (overlap): its token is discarded
+            if req.params.embed:  # its vector is the answer: no token
+                outputs.append(TokenOutput(req.uid, -1, True, "stop", prompt_tokens=req.prompt_len,
+                                           embedding=vectors[req]))
+                req.finished = True
+                self._forget(req.uid)
+                self._retire(req)
+                continue
             tok = tokens[i]
             req.output_ids.append(tok)
             if req.grammar is not None and not req.grammar.accept(tok):

@@ -13,6 +13,7 @@ from radixserve.sampling_params import SamplingParams
 from radixserve.server.access_log import AccessLogMiddleware
 from radixserve.server.constraints import check_json_schema
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
+from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
 from radixserve.server.openai_api import router as openai_router
@@ -47,6 +48,7 @@ def create_app(state: ServerState) -> FastAPI:
     install_error_handlers(app)
     app.include_router(openai_router)
     app.include_router(tokenize_router)
+    app.include_router(embeddings_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
     install_openapi(app, open_paths, state.api_key is not None)
     app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)

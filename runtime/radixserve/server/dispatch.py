@@ -43,10 +43,13 @@ class Choice:
     completion_tokens: int = 0
     prompt_text: str | None = None  # with prompt logprobs (completions' echo)
     prompt_logprobs: list[TokenLogprob] | None = None
+    embedding: list[float] | None = None  # an embedding request's answer
 
     def add(self, r: UserReply) -> None:
         if r.prompt_logprobs is not None:
             self.prompt_text, self.prompt_logprobs = r.prompt_text, r.prompt_logprobs
+        if r.embedding is not None:
+            self.embedding = r.embedding
         self.text += r.text
         self.token_ids += r.token_ids
         self.logprobs += r.logprobs or []

@@ -108,20 +108,20 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict]:
     return out
 
 
-def _completion_prompts(req: CompletionRequest) -> list[Prompt]:
-    p = req.prompt
+def prompt_list(p: str | list, field: str = "prompt") -> list[Prompt]:
+    """A completions `prompt` (or an embeddings `input`) as one Prompt per text or token list."""
     if isinstance(p, str):
         return [Prompt(text=p)]
     if not p:
-        raise APIError(400, "prompt must not be empty", "prompt")
+        raise APIError(400, f"{field} must not be empty", field)
     if all(isinstance(x, int) for x in p):
         return [Prompt(input_ids=list(p))]
     return [Prompt(text=x) if isinstance(x, str) else Prompt(input_ids=list(x)) for x in p]
 
 
-def _reject_empty(prompts: list[Prompt]) -> None:
+def reject_empty(prompts: list[Prompt], field: str = "prompt") -> None:
     if any(p.text == "" or p.input_ids == [] for p in prompts):
-        raise APIError(400, "prompt must not be empty", "prompt")
+        raise APIError(400, f"{field} must not be empty", field)
 
 
 def _chat_logprobs(lps: list[TokenLogprob]) -> dict:
@@ -274,8 +274,8 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names, grammar)
-    prompts = _completion_prompts(req)
-    _reject_empty(prompts)
+    prompts = prompt_list(req.prompt)
+    reject_empty(prompts)
     if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue
         raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * req.n}", "n")
     echo = Echo(prompts, req.n) if req.echo else None

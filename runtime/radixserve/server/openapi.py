@@ -25,6 +25,7 @@ _WHY = {400: "Invalid request (OpenAI error body)", 401: "Missing or wrong API k
 _ERRORS = {
     ("post", "/v1/chat/completions"): (400, 404, 500, 503),
     ("post", "/v1/completions"): (400, 404, 500, 503),
+    ("post", "/v1/embeddings"): (400, 404, 500, 503),
     ("post", "/generate"): (400, 500, 503),
     **{("post", f"{v}/{op}"): (400, 404, 500, 503) for v in ("", "/v1") for op in ("tokenize", "detokenize")},
     ("get", "/health"): (503,),

@@ -154,10 +154,14 @@ class ChatCompletionRequest(SamplingFields, ConstraintFields):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
+# one prompt or several: text, token ids, or a list of either
+Prompts = (Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)]
+           | Annotated[list[TokenId], Field(min_length=1)]
+           | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
+
+
 class CompletionRequest(SamplingFields, ConstraintFields):
-    prompt: (Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)]
-             | Annotated[list[TokenId], Field(min_length=1)]
-             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)])
+    prompt: Prompts
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False  # the prompt before the completion (and its logprobs, with logprobs)
 
@@ -216,3 +220,13 @@ class DetokenizeRequest(_Strict):
 
     model: Text | None = None
     tokens: list[TokenId] = Field(max_length=1 << 20)
+
+
+class EmbeddingRequest(_Strict):
+    """OpenAI's `/v1/embeddings`: the prompt's last hidden state, L2-normalized."""
+
+    model: Text | None = None
+    input: Prompts
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1, le=MAX_INT32)  # the first N, renormalized (MRL)
+    user: Text | None = None

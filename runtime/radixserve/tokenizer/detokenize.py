@@ -98,6 +98,10 @@ class DetokenizeManager:
             if out.uid in self.finished:
                 return None, False
             s = self.states[out.uid] = _DecodeState(StopStringMatcher([]))
+        if out.embedding is not None:  # an embedding: no token, nothing to decode
+            self.finish(out.uid)
+            return UserReply(out.uid, "", [], True, out.finish_reason, out.prompt_tokens, 0,
+                             embedding=out.embedding), False
         s.ids.append(out.token_id)
         text = self._new_text(s, final=out.finished)
         # before min_tokens no stop string counts; one that began before it is not matched after
