@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import fields
@@ -69,9 +70,14 @@ class LLM:
     def __init__(
         self, model: str | None = None, *, dtype: str = "auto", device: str = "auto",
         page_size: int = 1, cache: str = "radix", max_prefill_length: int = 8192,
-        max_running_requests: int = 256, **more: object,
+        max_running_requests: int = 256, chat_template_kwargs: dict | None = None,
+        **more: object,
     ) -> None:
+        """`chat_template_kwargs`: variables for the chat template of every chat prompt (Qwen3's
+        `{"enable_thinking": False}`), as the server's request field of that name."""
         from transformers import AutoTokenizer
+
+        self._template_kwargs = json.dumps(chat_template_kwargs) if chat_template_kwargs else None
 
         eng, sch = _split_kwargs(dict(
             model=model, dtype=dtype, device=device, page_size=page_size, cache=cache,
@@ -111,10 +117,12 @@ class LLM:
         if isinstance(prompt, str):
             if not prompt:
                 return []  # refused at admission, as the server refuses it
-            msg = (TokenizeMsg(0, _DEFAULT_PARAMS, chat=[{"role": "user", "content": prompt}])
+            msg = (TokenizeMsg(0, _DEFAULT_PARAMS, chat=[{"role": "user", "content": prompt}],
+                               template_kwargs=self._template_kwargs)
                    if chat else TokenizeMsg(0, _DEFAULT_PARAMS, text=prompt))
         elif prompt and isinstance(prompt[0], dict):
-            msg = TokenizeMsg(0, _DEFAULT_PARAMS, chat=list(prompt))  # type: ignore[arg-type]
+            msg = TokenizeMsg(0, _DEFAULT_PARAMS, chat=list(prompt),  # type: ignore[arg-type]
+                              template_kwargs=self._template_kwargs)
         else:
             return list(prompt)  # type: ignore[arg-type]
         return self._tokenize.tokenize(msg)

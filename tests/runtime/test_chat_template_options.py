@@ -35,3 +35,13 @@ def test_continue_final_message_leaves_the_turn_open() -> None:
     chat = CHAT + [{"role": "assistant", "content": "Hello the"}]
     assert _text(chat=chat, add_generation_prompt=False, continue_final_message=True).endswith("Hello the")
     assert _text(chat=chat, add_generation_prompt=False).endswith("Hello the<|im_end|>")
+
+
+def test_llm_passes_chat_template_kwargs(tiny_ckpts) -> None:
+    from radixserve import LLM
+
+    llm = LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu",
+              chat_template_kwargs={"enable_thinking": False})
+    llm.tokenizer.chat_template = TEMPLATE
+    assert llm.tokenizer.decode(llm.encode("hi", chat=True)).endswith("<think></think>")
+    assert llm.tokenizer.decode(llm.encode(CHAT)).endswith("<think></think>")
