@@ -41,13 +41,14 @@ class PrefillAdder:
 
     def schedule(self, running: list[Req], waiting: deque[Req], budget: int) -> list[tuple[Req, int]]:
         items: list[tuple[Req, int]] = []
+        owners: list[Req] = []  # prompt KV still being computed: what a waiting one may wait for
         for req in running:
-            if budget > 0 and not req.prefill_done:
-                n = min(req.remaining_prefill, budget)
-                items.append((req, n))
-                budget -= n
-        # requests whose prompt KV is still being computed: what a waiting one may wait for
-        owners = [r for r in running if not r.prefill_done] if self.cache.shares_prefixes else []
+            if not req.prefill_done:
+                owners.append(req)
+                if budget > 0:
+                    n = min(req.remaining_prefill, budget)
+                    items.append((req, n))
+                    budget -= n
         i = 0
         while budget > 0 and i < len(waiting) and len(running) < self.max_running and self.table.num_free:
             if waiting[0] is not self._head:
@@ -64,8 +65,7 @@ class PrefillAdder:
             if i > 0:
                 self._overtakes += 1
             running.append(req)
-            if self.cache.shares_prefixes:
-                owners.append(req)
+            owners.append(req)
             n = min(req.remaining_prefill, budget)
             items.append((req, n))
             budget -= n
@@ -82,7 +82,8 @@ class PrefillAdder:
         # the last prompt token is always computed; with prompt logprobs, every one of them
         ids = req.input_ids[:-1] if req.params.prompt_logprobs is None else []
         match = self.cache.match(ids)
-        if ids and owners and self._waits_for_prefix(ids, match.cached_len, owners):
+        if ids and owners and self.cache.shares_prefixes and self._waits_for_prefix(
+                ids, match.cached_len, owners):
             return False
         self.cache.lock(match.handle)  # before allocating: eviction must not take our prefix
         slots = self.cache.allocate(req.reserve_len - match.cached_len)

@@ -282,7 +282,8 @@ class Scheduler:
         self._release_deferred()  # the batch that still wrote their KV is done now
         if fl.prompt_lp is not None:
             prompt_logprobs.record(fl.prompt_lp)
-        vectors = dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())) if fl.embeds else {}
+        vectors = ({} if fl.embeds is None
+                   else dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())))
         tokens = res.tokens.tolist()
         outputs: list[TokenOutput] = []
         for i in fl.emits:
@@ -292,9 +293,7 @@ class Scheduler:
             if req.params.embed:  # its vector is the answer: no token
                 outputs.append(TokenOutput(req.uid, -1, True, "stop", prompt_tokens=req.prompt_len,
                                            embedding=vectors[req]))
-                req.finished = True
-                self._forget(req.uid)
-                self._retire(req)
+                self._finish(req)
                 continue
             tok = tokens[i]
             req.output_ids.append(tok)
@@ -313,19 +312,21 @@ class Scheduler:
             outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
                                        req.prompt_len, plp))
             if reason is not None:
-                req.finished = True
-                self._forget(req.uid)
-                self._retire(req)
+                self._finish(req)
         return outputs
+
+    def _finish(self, req: Req) -> None:
+        """It produced its last output: forget it and release its KV (now or after the flight)."""
+        req.finished = True
+        self._forget(req.uid)
+        self._retire(req)
 
     def _fail_grammar(self, req: Req, tok: int) -> None:
         param = req.grammar.param
         logger.error("grammar: request %d sampled token %d, which its %s forbids", req.uid, tok, param)
         self._failures.append(RequestFailure(
             req.uid, f"{param}: internal error: a sampled token broke the grammar", param, 500))
-        req.finished = True
-        self._forget(req.uid)
-        self._retire(req)
+        self._finish(req)
 
     def _finish_reason(self, req: Req, tok: int) -> str | None:
         p = req.params

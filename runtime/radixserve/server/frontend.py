@@ -45,15 +45,7 @@ class RequestStream:
 
     async def next(self) -> UserReply:
         """The next reply; APIError for a request the pipeline rejected or a dead server."""
-        while True:
-            try:
-                msg = await asyncio.wait_for(self.queue.get(), self.frontend.wait_limit())
-                break
-            except asyncio.TimeoutError:
-                if self.frontend.failure:
-                    raise APIError(503, f"the server is failing: {self.frontend.failure}") from None
-                if self.frontend.past_drain_deadline():
-                    raise APIError(503, "the server is shutting down and its drain deadline has passed") from None
+        msg = await self.frontend.next_reply(self.queue)
         if isinstance(msg, RequestFailed):
             self.pending.discard(msg.uid)
             self.frontend.metrics.on_finished("error", 0, 0)
@@ -149,13 +141,7 @@ class Frontend:
         self.routes[msg.uid] = queue
         try:
             await self.to_tokenizer.send(encode(msg))
-            while True:
-                try:
-                    reply = await asyncio.wait_for(queue.get(), _LIVENESS_S)
-                    break
-                except asyncio.TimeoutError:
-                    if self.failure:
-                        raise APIError(503, f"the server is failing: {self.failure}") from None
+            reply = await self.next_reply(queue)
         finally:
             self.routes.pop(msg.uid, None)
         if isinstance(reply, RequestFailed):  # the server failed meanwhile (`fail`)
@@ -163,6 +149,18 @@ class Frontend:
         if reply.error is not None:
             raise APIError(400 if reply.param else 500, reply.error, reply.param)
         return reply
+
+    async def next_reply(self, queue: asyncio.Queue) -> Any:
+        """The next message routed to `queue`; APIError 503 once the server is failing or past
+        its drain deadline (checked while waiting)."""
+        while True:
+            try:
+                return await asyncio.wait_for(queue.get(), self.wait_limit())
+            except asyncio.TimeoutError:
+                if self.failure:
+                    raise APIError(503, f"the server is failing: {self.failure}") from None
+                if self.past_drain_deadline():
+                    raise APIError(503, "the server is shutting down and its drain deadline has passed") from None
 
     def new_uid(self) -> int:
         return next(self.uids)
