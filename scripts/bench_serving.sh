@@ -9,11 +9,11 @@
 # TOKENIZER_DIR: a directory holding a tokenizer (tokenizer.json, tokenizer_config.json, ...);
 # the second argument: a `--model-preset` name (qwen3-0.6b, ...) or a model directory whose
 # config.json is used. Each CONFIG is one quoted string of extra serve flags ("" for the
-# defaults); the default list is: "" "--enable-mixed-chunk". BENCH ARGS go to `bench online`
+# defaults); the default list is: "" "--disable-mixed-chunk". BENCH ARGS go to `bench online`
 # (default: --request-rate 4 16 64 inf --num-prompts 200 --input-len 512 8192 --output-len 64 512).
 # Example (the H200, mixed batches off and on under long prompts):
 #
-#   bash scripts/bench_serving.sh bench-smollm2 qwen3-0.6b "" "--enable-mixed-chunk"
+#   bash scripts/bench_serving.sh bench-smollm2 qwen3-0.6b "" "--disable-mixed-chunk"
 #
 # Logs and the bench output go to $OUT when set, else to the work folder it prints.
 set -euo pipefail
@@ -25,7 +25,7 @@ CONFIGS=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do CONFIGS+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 BENCH=("$@")
-[ ${#CONFIGS[@]} -gt 0 ] || CONFIGS=("" "--enable-mixed-chunk")
+[ ${#CONFIGS[@]} -gt 0 ] || CONFIGS=("" "--disable-mixed-chunk")
 [ ${#BENCH[@]} -gt 0 ] || BENCH=(--request-rate 4 16 64 inf --num-prompts 200 --input-len 512 8192 --output-len 64 512)
 PY=$(command -v "${PYTHON:-python3}")
 WORK=$(mktemp -d /tmp/radixserve-bench-serving.XXXXXX)

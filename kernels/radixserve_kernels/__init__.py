@@ -6,7 +6,7 @@ first launch. `triton_usable(tensor)` says whether the Triton twin can run on a 
 """
 from __future__ import annotations
 
-from radixserve_kernels._utils import triton_usable
+from radixserve_kernels._utils import set_pdl, triton_usable
 from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
 from radixserve_kernels.decode_attention import (
     decode_attention,
@@ -60,6 +60,7 @@ __all__ = [
     "quantize_kv_ref",
     "rms_norm",
     "rms_norm_ref",
+    "set_pdl",
     "silu_and_mul",
     "silu_and_mul_ref",
     "skinny_gemm",

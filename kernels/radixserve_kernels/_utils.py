@@ -40,6 +40,27 @@ def device_sms(t: torch.Tensor) -> int:
     return num_sms((t.device.index or 0) if t.is_cuda else 0)
 
 
+_pdl = {"enabled": True}
+
+
+def set_pdl(enabled: bool) -> None:
+    """Turn programmatic dependent launch on or off for launches from now on (the runtime passes
+    RADIXSERVE_PDL here; on by default)."""
+    _pdl["enabled"] = enabled
+
+
+@functools.cache
+def _pdl_capable(device_index: int) -> bool:
+    return not interpreting() and torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def use_pdl(t: torch.Tensor) -> bool:
+    """Launch the decode-path kernels with programmatic dependent launch (`_jit/pdl.py`), on
+    Hopper and later: a batch-1 decode step is ~280 small kernels, so the launch gap between
+    them is a large share of it."""
+    return _pdl["enabled"] and t.is_cuda and _pdl_capable(t.device.index or 0)
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 runs must match transformers' fp32 math, so no TF32 inside `tl.dot`."""
     return "ieee" if dtype == torch.float32 else "tf32"

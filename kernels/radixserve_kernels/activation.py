@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import cdiv, next_pow2
+from radixserve_kernels._utils import cdiv, next_pow2, use_pdl
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -24,6 +24,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     block = min(next_pow2(inter), 1024)
     if x2.shape[0]:
         grid = (x2.shape[0], cdiv(inter, block))
-        silu_and_mul_kernel[grid](x2, out, x2.stride(0), inter, BLOCK=block, num_warps=4)
+        silu_and_mul_kernel[grid](x2, out, x2.stride(0), inter, BLOCK=block, num_warps=4,
+                                  PDL=(pdl := use_pdl(x)), launch_pdl=pdl)
     return out.view(*x.shape[:-1], inter)
 

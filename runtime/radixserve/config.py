@@ -54,7 +54,9 @@ class SchedulerConfig:
     # NOTE: a factory, so the environment is read when a config is made (a test, the CLI or a
     # parent may set it after import); `--disable-overlap` sets it False explicitly
     overlap: bool = field(default_factory=lambda: not settings.DISABLE_OVERLAP.get())
-    mixed_chunk: bool = False  # prefill batches also carry the running requests' decode tokens
+    # prefill batches also carry the running requests' decode tokens (on: ITL p99 under long
+    # prompts, measured on the H200, docs/benchmarks.md)
+    mixed_chunk: bool = True
 
     def __post_init__(self) -> None:
         if self.max_prefill_length < 1:
@@ -103,9 +105,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-overlap", action="store_true",
                    help="schedule the next batch only after the last one's tokens are read "
                         "(default: overlap them; RADIXSERVE_DISABLE_OVERLAP=1 does the same)")
+    p.add_argument("--disable-mixed-chunk", dest="mixed_chunk", action="store_false",
+                   help="prefill batches carry prompt tokens only (default: a prefill batch also "
+                        "carries one decode token of every running request, so they keep "
+                        "emitting while a long prompt is prefilled)")
     p.add_argument("--enable-mixed-chunk", dest="mixed_chunk", action="store_true",
-                   help="a prefill batch also carries one decode token of every running request, "
-                        "so they keep emitting while a long prompt is prefilled")
+                   help=argparse.SUPPRESS)  # the default since 2026-12-01; kept for old commands
 
 
 def _pick(cls: type, args: argparse.Namespace) -> dict:

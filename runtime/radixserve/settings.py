@@ -111,6 +111,9 @@ MODEL_REVISION: EnvSetting[str] = EnvSetting(
 CPU_KV_GIB: EnvSetting[float] = EnvSetting(
     "RADIXSERVE_CPU_KV_GIB", 2.0, "KV-cache budget on CPU, in GiB (on GPUs it comes from free "
     "memory and `--memory-ratio`).", _non_negative)
+PDL: EnvSetting[bool] = EnvSetting(
+    "RADIXSERVE_PDL", True, "Programmatic dependent launch of the decode-path Triton kernels on "
+    "Hopper and later (the next kernel launches while one finishes); `0` turns it off.", _flag, "on")
 # --- tensor parallelism ---
 ALLREDUCE: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_ALLREDUCE", "auto", "TP all-reduce: `auto` (symmetric-memory one-/two-shot over "

@@ -1,4 +1,4 @@
-"""Mixed prefill and decode batches (`--enable-mixed-chunk`): greedy tokens still equal
+"""Mixed prefill and decode batches (on by default, `--disable-mixed-chunk`): greedy tokens still equal
 transformers for every architecture; running requests keep emitting while a long prompt is
 prefilled (they wait for it without); a mixed batch stays within the prefill token budget."""
 from __future__ import annotations
@@ -84,5 +84,6 @@ def test_flag_reaches_the_scheduler_config() -> None:
 
     p = argparse.ArgumentParser()
     add_engine_args(p)
+    assert configs_from_args(p.parse_args([]))[1].mixed_chunk is True  # the default (measured)
+    assert configs_from_args(p.parse_args(["--disable-mixed-chunk"]))[1].mixed_chunk is False
     assert configs_from_args(p.parse_args(["--enable-mixed-chunk"]))[1].mixed_chunk is True
-    assert configs_from_args(p.parse_args([]))[1].mixed_chunk is False

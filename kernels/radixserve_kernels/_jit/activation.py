@@ -3,9 +3,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.pdl import pdl_enter
+
 
 @triton.jit
-def silu_and_mul_kernel(x_ptr, out_ptr, x_s0, n_inter, BLOCK: tl.constexpr):
+def silu_and_mul_kernel(x_ptr, out_ptr, x_s0, n_inter, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_inter

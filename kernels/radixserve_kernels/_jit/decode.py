@@ -4,6 +4,7 @@ import triton
 import triton.language as tl
 
 from radixserve_kernels._jit.attn_block import attend_block
+from radixserve_kernels._jit.pdl import pdl_enter
 
 
 @triton.jit
@@ -13,11 +14,13 @@ def decode_split_kernel(
     scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One (request, KV head, split): all GROUP query heads of that KV head against one slice of
     the request's keys; writes the slice's normalised output and log-sum-exp (with one split,
     the final output directly). `scale` includes an FP8 cache's K scale; `v_scale` multiplies
     the output (1.0 for other caches)."""
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -61,7 +64,9 @@ def decode_merge_kernel(
     mid_o_ptr, mid_lse_ptr, out_ptr,
     mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     s = tl.arange(0, BLOCK_S)

@@ -3,13 +3,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.pdl import pdl_enter
+
 
 @triton.jit
 def rmsnorm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     x_s0, x_s1, res_s0, res_s1, n_inner, n_cols, eps,
-    HAS_RES: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     # rows are (outer, inner) pairs so a strided [T, H, D] view (q of a fused QKV) needs no copy
     row = tl.program_id(0).to(tl.int64)
     outer, inner = row // n_inner, row % n_inner

@@ -3,6 +3,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.pdl import pdl_enter
 from radixserve_kernels._jit.store import quantize
 
 
@@ -51,8 +52,9 @@ def qk_norm_rope_kernel(
     q_st, q_sh, k_st, k_sh, cache_s0, n_qh, n_kh, half, eps,
     v_ptr, kc_ptr, vc_ptr, loc_ptr, v_st, v_sh, kc_s0, kc_s1, vc_s0, vc_s1, k_inv, v_inv,
     HAS_NORM: tl.constexpr, STORE_KV: tl.constexpr, FP8: tl.constexpr, FP8_MAX: tl.constexpr,
-    BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     d = tl.arange(0, BLOCK_D)

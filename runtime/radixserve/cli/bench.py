@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--compare-constrained", action="store_true",
                      help="run unconstrained, then every request JSON-schema constrained; print both")
     off.add_argument("--compare-mixed-chunk", action="store_true",
-                     help="rerun with --enable-mixed-chunk toggled, same requests; print both")
+                     help="rerun with mixed batches toggled, same requests; print both")
     off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
 from radixserve.config import EngineConfig
 from radixserve.distributed import get_comm, get_tp_info
@@ -23,6 +24,7 @@ from radixserve.kvcache.sizing import kv_bytes_per_token
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.loader import load_model, resolve_dtype
 from radixserve.scheduler.table import TableManager
+from radixserve_kernels import set_pdl
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ class Engine:
         self.device = resolve_device(cfg.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+            set_pdl(settings.PDL.get())
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
         self.model_path: Path = resolve_model_path(cfg.model)

@@ -4,7 +4,6 @@ rank's shard of a full Hugging Face tensor."""
 
 from __future__ import annotations
 
-from radixserve.layers.activation import SiluAndMul
 from radixserve.layers.attention import AttentionLayer
 from radixserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from radixserve.layers.linear import (
@@ -30,7 +29,6 @@ __all__ = [
     "ReplicatedLinear",
     "RotaryEmbedding",
     "RowParallelLinear",
-    "SiluAndMul",
     "SparseMoeBlock",
     "VocabParallelEmbedding",
 ]

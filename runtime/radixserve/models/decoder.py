@@ -19,7 +19,6 @@ from radixserve.layers import (
     RMSNorm,
     RotaryEmbedding,
     RowParallelLinear,
-    SiluAndMul,
     VocabParallelEmbedding,
 )
 from radixserve.models import hf_config as hc
@@ -64,11 +63,11 @@ class DenseMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate], bias)
-        self.down_proj = RowParallelLinear(intermediate, hidden, bias)
-        self.act_fn = SiluAndMul()
+        # the down projection applies silu(gate) * up itself (fused into its decode kernel)
+        self.down_proj = RowParallelLinear(intermediate, hidden, bias, silu_mul=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x))
 
 
 class DecoderLayer(nn.Module):

@@ -14,7 +14,7 @@ step reads batch N right after launching N+1's forward, advances the matchers, a
 mask on the host while the device computes N+1; batches without constrained rows keep the full
 overlap.
 
-Mixed batches (`SchedulerConfig.mixed_chunk`, `--enable-mixed-chunk`, SGLang's mixed chunk): a
+Mixed batches (`SchedulerConfig.mixed_chunk`, on unless `--disable-mixed-chunk`; SGLang's mixed chunk): a
 prefill batch also carries one token of every decoding request, as an extend of length 1, so running
 requests keep emitting while a long prompt is prefilled (no CUDA graph for that step).
 
