@@ -11,15 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from radixserve_kernels._utils import cdiv, dot_precision, use_pdl
-from radixserve_kernels.activation import silu_and_mul_ref
 
 SKINNY_MAX_M = 16  # rows one program holds (tl.dot's smallest tile)
 
 
-def skinny_gemm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    silu_mul: bool = False) -> torch.Tensor:
-    """`x @ W.T (+ b)`; with `silu_mul`, x is [gate | up] and silu(gate) * up is multiplied."""
-    return F.linear(silu_and_mul_ref(x) if silu_mul else x, weight, bias)
+def skinny_gemm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
 
 
 def skinny_gemm_config(n: int, k: int, elem_bytes: int = 2) -> tuple[int, int, int, int]:
@@ -34,17 +31,13 @@ def skinny_gemm_config(n: int, k: int, elem_bytes: int = 2) -> tuple[int, int, i
     return block_n, block_k * 2 // elem_bytes, 4, stages
 
 
-def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                silu_mul: bool = False) -> torch.Tensor:
-    """Triton twin of `skinny_gemm_ref` for x [M <= 16, K] (or [M, 2K] with `silu_mul`: the MLP's
-    down projection with its activation fused, one launch fewer per layer; rows may be strided,
-    last dim contiguous), weight [N, K] contiguous."""
+def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Triton twin of `skinny_gemm_ref` for x [M <= 16, K] (rows may be strided, last dim
+    contiguous), weight [N, K] contiguous."""
     from radixserve_kernels._jit.gemv import skinny_gemm_kernel
 
-    m, k = x.shape[0], weight.shape[1]
+    m, k = x.shape
     n = weight.shape[0]
-    if x.shape[1] != (2 * k if silu_mul else k):
-        raise ValueError(f"x has {x.shape[1]} columns for a weight of {k}{' (gate | up)' if silu_mul else ''}")
     if m > SKINNY_MAX_M:
         raise ValueError(f"skinny_gemm takes at most {SKINNY_MAX_M} rows, got {m}")
     if x.stride(-1) != 1:
@@ -53,13 +46,11 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m:
         block_n, block_k, warps, stages = skinny_gemm_config(n, k, x.element_size())
-        pdl = use_pdl(x)
         skinny_gemm_kernel[(cdiv(n, block_n),)](
             x, weight, bias if bias is not None else weight, y, m, n, k,
             x.stride(0), weight.stride(0), y.stride(0),
             HAS_BIAS=bias is not None, PRECISION=dot_precision(x.dtype),
             BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n, BLOCK_K=block_k,
-            num_warps=warps, num_stages=stages, PDL=pdl, launch_pdl=pdl,
-            SILU_MUL=silu_mul,
+            num_warps=warps, num_stages=stages, PDL=(pdl := use_pdl(x)), launch_pdl=pdl,
         )
     return y

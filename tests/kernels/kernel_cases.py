@@ -184,10 +184,8 @@ def check_qk_norm_rope_store_kv(dev: str, dtype: torch.dtype, tokens: int,
 
 
 def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int) -> None:
-    """Every row count up to 16, odd sizes (masked tails), a strided x, with and without bias;
-    with the SiLU-and-multiply fused on x = [gate | up]: the same bits as the activation's own
-    kernel followed by the plain GEMM."""
-    from radixserve_kernels import silu_and_mul, skinny_gemm, skinny_gemm_ref
+    """Every row count up to 16, odd sizes (masked tails), a strided x, with and without bias."""
+    from radixserve_kernels import skinny_gemm, skinny_gemm_ref
 
     gen = torch.Generator().manual_seed(n + k)
     w = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype).to(dev)
@@ -200,13 +198,6 @@ def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: 
             assert got.shape == (m, n)
             want = skinny_gemm_ref(x.float(), w.float(), None if bias is None else bias.float())
             close(got, want, dtype, scale=4)
-        gate_up = torch.randn(m, 4 * k, generator=gen).to(dtype).to(dev)[:, k:3 * k]  # strided
-        fused = skinny_gemm(gate_up, w, b, silu_mul=True)
-        assert torch.equal(fused, skinny_gemm(silu_and_mul(gate_up), w, b))
-        close(fused, skinny_gemm_ref(gate_up.float(), w.float(), b.float(), silu_mul=True), dtype,
-              scale=4)
-    with pytest.raises(ValueError, match="gate | up"):
-        skinny_gemm(torch.ones(1, k, dtype=dtype, device=dev), w, None, silu_mul=True)
 
 
 def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:

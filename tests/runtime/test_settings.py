@@ -101,3 +101,26 @@ def test_a_value_set_after_import_is_seen(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("RADIXSERVE_CPU_KV_GIB", "2")
     two = kv_token_capacity(__import__("torch").device("cpu"), 1024, 0.9, 10**9)
     assert (one, two) == (2**20, 2**21)
+
+
+def test_pdl_setting_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch, tiny_ckpts) -> None:
+    """RADIXSERVE_PDL is read by the engine in each rank's process and handed to the kernels'
+    launchers (which must not read the environment themselves); a bad value stops the engine."""
+    from radixserve.config import EngineConfig
+    from radixserve.engine.engine import Engine
+    from radixserve_kernels import _utils
+
+    def engine() -> Engine:
+        return Engine(EngineConfig(model=str(tiny_ckpts["llama"]), dtype="float32", device="cpu"),
+                      max_running_requests=2)
+
+    monkeypatch.setitem(_utils._pdl, "enabled", True)
+    monkeypatch.setenv("RADIXSERVE_PDL", "0")
+    engine()
+    assert _utils._pdl["enabled"] is False
+    monkeypatch.setenv("RADIXSERVE_PDL", "on")
+    engine()
+    assert _utils._pdl["enabled"] is True
+    monkeypatch.setenv("RADIXSERVE_PDL", "maybe")
+    with pytest.raises(ValueError, match="RADIXSERVE_PDL"):
+        engine()

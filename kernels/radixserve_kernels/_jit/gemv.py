@@ -11,11 +11,10 @@ def skinny_gemm_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
     HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
-    SILU_MUL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     # one program streams a [BLOCK_N, K] slab of the weight once for all (few) rows of x
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    pdl_enter(PDL)
     m = tl.arange(0, BLOCK_M)
     kk = tl.arange(0, BLOCK_K)
     nm, mm = n < N, m < M
@@ -26,13 +25,6 @@ def skinny_gemm_kernel(
                     mask=nm[:, None] & km[None, :], other=0.0)
         x = tl.load(x_ptr + m[:, None] * s_xm + (k0 + kk)[None, :],
                     mask=mm[:, None] & km[None, :], other=0.0)
-        if SILU_MUL:  # x is [gate | up] (K each): the activation's kernel, done on the load
-            up = tl.load(x_ptr + m[:, None] * s_xm + K + (k0 + kk)[None, :],
-                         mask=mm[:, None] & km[None, :], other=0.0).to(tl.float32)
-            gate = x.to(tl.float32)
-            # rounded as silu_and_mul_kernel (and eager torch) rounds, so results are the same bits
-            act = (gate / (1.0 + tl.exp(-gate))).to(x_ptr.dtype.element_ty).to(tl.float32)
-            x = (act * up).to(x_ptr.dtype.element_ty)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
     if HAS_BIAS:
         acc += tl.load(b_ptr + n, mask=nm, other=0.0).to(tl.float32)[None, :]

@@ -48,9 +48,9 @@ class Engine:
 
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        set_pdl(settings.PDL.get())  # RADIXSERVE_PDL, read in every rank's process
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            set_pdl(settings.PDL.get())
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
         self.model_path: Path = resolve_model_path(cfg.model)

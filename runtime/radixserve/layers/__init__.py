@@ -4,6 +4,7 @@ rank's shard of a full Hugging Face tensor."""
 
 from __future__ import annotations
 
+from radixserve.layers.activation import SiluAndMul
 from radixserve.layers.attention import AttentionLayer
 from radixserve.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from radixserve.layers.linear import (
@@ -29,6 +30,7 @@ __all__ = [
     "ReplicatedLinear",
     "RotaryEmbedding",
     "RowParallelLinear",
+    "SiluAndMul",
     "SparseMoeBlock",
     "VocabParallelEmbedding",
 ]

@@ -8,35 +8,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.distributed import get_comm, get_tp_info
-from radixserve.layers.activation import silu_and_mul_any
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
 from radixserve.models.lazy_weight import materialize
 from radixserve.utils import kernel_path
 from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
 
 
-def _skinny(x: torch.Tensor) -> bool:
-    """A few rows of a 16-bit activation on CUDA (decode at small batch): the skinny Triton
-    kernel streams the weight at a higher share of the bandwidth than cuBLAS picks there.
-    float32 stays on cuBLAS: its results are the parity reference."""
-    return (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
-            and kernel_path.use_triton(x))
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear`, or the skinny kernel for decode rows (`_skinny`)."""
-    if _skinny(x):
+    """`F.linear`, except that a few rows of a 16-bit activation on CUDA (decode at small batch)
+    take the skinny Triton kernel, which streams the weight at a higher share of the bandwidth
+    than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference."""
+    if (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
+            and kernel_path.use_triton(x)):
         return skinny_gemm(x, weight, bias)
     return F.linear(x, weight, bias)
-
-
-def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor,
-                    bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`linear(silu(gate) * up, ...)` for x = [gate | up]: decode rows take the skinny kernel with
-    the activation done on its loads, one launch fewer per layer."""
-    if _skinny(x):
-        return skinny_gemm(x, weight, bias, silu_mul=True)
-    return linear(silu_and_mul_any(x), weight, bias)
 
 
 class _Linear(nn.Module):
@@ -77,19 +62,16 @@ class ColumnParallelLinear(_Linear):
 
 class RowParallelLinear(_Linear):
     """Input features split across ranks; partial products are summed with an all-reduce. The bias
-    is kept whole and added once, after the reduction. With `silu_mul` (a gated MLP's down
-    projection) the input is [gate | up] and silu(gate) * up is what is projected."""
+    is kept whole and added once, after the reduction."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False,
-                 silu_mul: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         self.tp = get_tp_info()
         super().__init__(divide(in_features, self.tp.size, "in_features"), out_features, bias)
-        self.project = silu_mul_linear if silu_mul else linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
-            return self.project(x, self.weight, self.bias)
-        y = get_comm().all_reduce(self.project(x, self.weight))
+            return linear(x, self.weight, self.bias)
+        y = get_comm().all_reduce(linear(x, self.weight))
         return y if self.bias is None else y + self.bias
 
     def weight_loader(

@@ -19,6 +19,7 @@ from radixserve.layers import (
     RMSNorm,
     RotaryEmbedding,
     RowParallelLinear,
+    SiluAndMul,
     VocabParallelEmbedding,
 )
 from radixserve.models import hf_config as hc
@@ -63,11 +64,11 @@ class DenseMLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate], bias)
-        # the down projection applies silu(gate) * up itself (fused into its decode kernel)
-        self.down_proj = RowParallelLinear(intermediate, hidden, bias, silu_mul=True)
+        self.down_proj = RowParallelLinear(intermediate, hidden, bias)
+        self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.gate_up_proj(x))
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
