@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
     lat.add_argument("--profile", default=None, metavar="DIR",
-                     help="profile the timed steps of each batch size: a Chrome trace per batch "
+                     help="after the timed steps of each batch size, profile as many more: a Chrome trace per batch "
                           "size in DIR and the top kernels (CPU ops on CPU) per step")
     lat.set_defaults(func=run_latency)
 
