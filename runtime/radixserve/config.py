@@ -80,6 +80,7 @@ class ServerConfig:
     default_max_tokens: int = 2048  # a chat request without max_tokens: bounds its KV reservation
     metrics_without_key: bool = False
     tool_call_parser: str = "auto"  # tool_choice auto: auto (from the chat template) | hermes | llama3 | none
+    reasoning_parser: str | None = None  # qwen3 | deepseek_r1: thinking as `reasoning_content`
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:

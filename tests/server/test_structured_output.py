@@ -61,8 +61,10 @@ TOOLS = [{"type": "function", "function": f} for f in FUNCTIONS]
 
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory: pytest.TempPathFactory):
-    """SmolLM2's template has no tool format: Hermes parsing (`tool_choice: auto`) is asked for."""
-    srv = ServerProcess(None, tmp_path_factory.mktemp("structured") / "server.log", "--tool-call-parser", "hermes")
+    """SmolLM2's template has no tool format: Hermes parsing (`tool_choice: auto`) is asked for;
+    and Qwen3's reasoning split, which must leave every output without a `<think>` block alone."""
+    srv = ServerProcess(None, tmp_path_factory.mktemp("structured") / "server.log", "--tool-call-parser", "hermes",
+                        "--reasoning-parser", "qwen3")
     srv.wait_ready(timeout=300)
     yield srv
     assert srv.stop() == 0, srv.log()[-3000:]
@@ -99,7 +101,8 @@ def _chat(client, model: str, stream: bool, **kw) -> list[dict]:
     for c in sorted(r.choices, key=lambda c: c.index):
         calls = [{"id": t.id, "type": t.type, "name": t.function.name, "arguments": t.function.arguments}
                  for t in c.message.tool_calls or []]
-        out.append({"content": c.message.content, "tool_calls": calls, "finish_reason": c.finish_reason})
+        out.append({"content": c.message.content, "tool_calls": calls, "finish_reason": c.finish_reason,
+                    "reasoning": getattr(c.message, "reasoning_content", None)})
     assert len(out) == kw["n"]
     return out
 
@@ -272,3 +275,31 @@ def test_invalid_constraint_is_400_naming_the_field(client, model, kw: dict, par
             client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
                                            stream=stream, **kw)
         assert e.value.body["param"] == param, e.value.body
+
+
+def test_reasoning_block_is_split_from_the_answer(client, model) -> None:
+    """`--reasoning-parser qwen3`: a regex makes SmolLM2 think as Qwen3 does; the block comes back
+    as `reasoning_content` (streamed deltas accumulated by the client), the rest as `content`,
+    and other outputs carry no reasoning."""
+    msgs = [SYSTEM, {"role": "user", "content": "Capital of France?"}]
+    thought = r"<think>\n(The capital is Paris|I know this one)\.\n</think>\n\n(Paris|It is Paris)\."
+
+    def run(stream: bool):
+        def check() -> None:
+            for c in _chat(client, model, stream, messages=msgs, extra_body={"regex": thought}):
+                assert c["reasoning"] in ("The capital is Paris.\n", "I know this one.\n"), c
+                assert c["content"] in ("Paris.", "It is Paris."), c
+            for c in _chat(client, model, stream, messages=msgs, extra_body={"regex": r"(Yes|No)\."}):
+                assert c["reasoning"] is None and c["content"] in ("Yes.", "No."), c
+        return check
+
+    _concurrently([run(False), run(True)])
+    # the reply goes back as history, reasoning_content included (as the client dumps it)
+    reply = client.chat.completions.create(model=model, messages=msgs, max_tokens=40,
+                                           extra_body={"regex": thought}).choices[0].message
+    history = msgs + [reply.model_dump(exclude_none=True), {"role": "user", "content": "Sure?"}]
+    assert "reasoning_content" in history[-2]
+    assert client.chat.completions.create(model=model, messages=history, max_tokens=4).choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="only assistant messages carry reasoning_content"):
+        client.chat.completions.create(model=model, max_tokens=4, messages=[
+            {"role": "user", "content": "Hi", "reasoning_content": "hm"}])

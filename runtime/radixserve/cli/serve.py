@@ -6,6 +6,7 @@ import argparse
 from radixserve import settings
 from radixserve.cli.preflight import UsageError, bind_port, check_engine, resolve_model
 from radixserve.config import ServerConfig, add_engine_args
+from radixserve.server.reasoning import REASONING_PARSERS
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
@@ -21,6 +22,9 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help="max_tokens of a chat request that gives none (capped to the context left)")
     p.add_argument("--tool-call-parser", default="auto", choices=["auto", "hermes", "llama3", "none"],
                    help="the model's tool-call format, parsed for tool_choice auto (auto: from its chat template)")
+    p.add_argument("--reasoning-parser", default=None, choices=list(REASONING_PARSERS),
+                   help="return a reasoning model's <think> block as the message's reasoning_content, "
+                        "apart from content (qwen3: the model opens it; deepseek_r1: the prompt does)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -37,7 +41,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
                         default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key,
-                        tool_call_parser=args.tool_call_parser)
+                        tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser)
 
 
 def run(args: argparse.Namespace) -> int:

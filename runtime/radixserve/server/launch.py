@@ -145,7 +145,8 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
         parser = info.get("tool_parser") if cfg.tool_call_parser == "auto" else cfg.tool_call_parser
         state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
                             cfg.default_max_tokens, cfg.metrics_without_key,
-                            tool_parser=None if parser == "none" else parser)
+                            tool_parser=None if parser == "none" else parser,
+                            reasoning_parser=cfg.reasoning_parser)
         logger.info("tool calls of tool_choice auto: %s", f"parsed as {parser}" if state.tool_parser
                     else "not parsed (no tool-call format in the chat template)")
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(

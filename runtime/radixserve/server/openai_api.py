@@ -14,7 +14,6 @@ from fastapi.responses import Response, StreamingResponse
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.chat_output import ChatOutput
 from radixserve.server.constraints import Constraint, request_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
@@ -85,7 +84,8 @@ def template_options(messages: list[ChatMessage], add_generation_prompt: bool,
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict]:
     """The messages as the chat template takes them: `content` a string ("" for none, which every
-    template accepts), assistant `tool_calls` and the tool's `tool_call_id` kept."""
+    template accepts), assistant `tool_calls` and `reasoning_content` and the tool's
+    `tool_call_id` kept."""
     out = []
     for i, m in enumerate(messages):
         content = m.content
@@ -100,6 +100,11 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict]:
             if m.role != "assistant":
                 raise APIError(400, "only assistant messages carry tool_calls", f"messages.{i}.tool_calls")
             msg["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+        if m.reasoning_content is not None:  # Qwen3's template shows the last turn's thinking
+            if m.role != "assistant":
+                raise APIError(400, "only assistant messages carry reasoning_content",
+                               f"messages.{i}.reasoning_content")
+            msg["reasoning_content"] = m.reasoning_content
         if m.role == "tool":
             if m.tool_call_id is None:
                 raise APIError(400, "a tool message needs the tool_call_id it answers", f"messages.{i}.tool_call_id")
@@ -183,7 +188,7 @@ async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: l
 def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan, echo: Echo | None = None) -> dict:
     if kind == "chat":
         lp = _chat_logprobs(c.logprobs) if with_logprobs else None
-        out = ChatOutput(plan.new_parser())
+        out = plan.new_output()
         out.feed(c.text, final=True)
         return {"index": c.index, "message": out.message(), "logprobs": lp, "finish_reason": out.finish_reason(c.finish_reason)}
     head, head_lps = (echo.text(c), echo.logprobs(c)) if echo is not None else ("", [])
@@ -196,7 +201,7 @@ async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, 
     head = head | {"object": "chat.completion.chunk"}
     extra = {"usage": None} if include_usage else {}
     choices = [Choice(i) for i in range(len(d.msgs))]
-    outputs = [ChatOutput(plan.new_parser()) for _ in choices]
+    outputs = [plan.new_output() for _ in choices]
     opening = {"role": "assistant", "content": None if plan.forced else ""}  # a forced call has no content
     for c in choices:
         yield sse(head | {"choices": [{"index": c.index, "delta": opening, "logprobs": None, "finish_reason": None}]} | extra)
@@ -257,6 +262,9 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
         field = grammar.field.split(".")[0]
         raise APIError(400, f"{field} cannot be combined with tool_choice {plan.mode}", field)
     grammar = plan.constraint or grammar
+    # deepseek_r1 reads the output as thinking until `</think>`; a grammar's output has none
+    reasoning = state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
+    plan = dataclasses.replace(plan, reasoning=reasoning)
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}

@@ -113,6 +113,7 @@ class ChatMessage(_Strict):
     name: Text | None = None
     tool_calls: list[ToolCall] | None = None  # assistant only
     tool_call_id: Text | None = None  # tool only
+    reasoning_content: Text | None = None  # assistant only: its thinking, as a reply gave it
 
 
 class FunctionDefinition(_Strict):

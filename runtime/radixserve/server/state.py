@@ -29,6 +29,7 @@ class ServerState:
     default_max_tokens: int = DEFAULT_MAX_TOKENS  # a chat request without max_tokens
     metrics_open: bool = False  # /metrics without the key
     tool_parser: str | None = None  # the model's tool-call format (`tool_parsers.AUTO_PARSERS`)
+    reasoning_parser: str | None = None  # `--reasoning-parser` (reasoning.py), None: no split
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor
     shutting_down: bool = False

@@ -8,9 +8,11 @@ import json
 from dataclasses import dataclass
 
 from radixserve.server.auto_tool_parsers import AUTO_PARSERS
+from radixserve.server.chat_output import ChatOutput
 from radixserve.server.constraints import Constraint, check_json_schema
 from radixserve.server.errors import APIError, short
 from radixserve.server.protocol import ChatCompletionRequest, FunctionDefinition, Tool
+from radixserve.server.reasoning import ReasoningParser
 from radixserve.server.tool_parsers import (
     NamedCallParser,
     PlainParser,
@@ -29,6 +31,7 @@ class ToolPlan:
     function: str | None = None  # named: the function called
     parser: str | None = None  # auto: the model's own tool-call format (None: never parsed)
     parallel: bool = True
+    reasoning: str | None = None  # the server's reasoning parser for this request (reasoning.py)
 
     @property
     def forced(self) -> bool:
@@ -44,6 +47,11 @@ class ToolPlan:
         if self.mode == "auto" and self.parser is not None:
             return AUTO_PARSERS[self.parser](self.parallel)
         return PlainParser()
+
+    def new_output(self) -> ChatOutput:
+        """A fresh output state for one choice: its reasoning split, then its tool calls."""
+        reasoning = ReasoningParser(self.reasoning) if self.reasoning is not None else None
+        return ChatOutput(self.new_parser(), reasoning)
 
 
 def parameters(f: FunctionDefinition) -> dict:
