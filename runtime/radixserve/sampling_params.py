@@ -32,6 +32,7 @@ class SamplingParams:
     # (vLLM's prompt_logprobs; completions' echo): the whole prompt is computed, not cached
     prompt_logprobs: int | None = None
     priority: int = 0  # admission order: lower first, arrival order among equals (vLLM's)
+    skip_special_tokens: bool = True  # special tokens (EOS, chat markers) left out of the text
     # an embedding request: the prompt's last hidden state (L2-normalized), no token generated
     embed: bool = False
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")

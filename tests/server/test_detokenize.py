@@ -53,6 +53,9 @@ def test_special_tokens_are_skipped(tok) -> None:
     d.start(1, [], False)
     replies = [r for r, _ in _stream(d, 1, ids, "stop")]
     assert "".join(r.text for r in replies) == "hello world"
+    d.start(2, [], False, skip_special=False)  # skip_special_tokens: false
+    replies = [r for r, _ in _stream(d, 2, ids, "stop")]
+    assert "".join(r.text for r in replies) == f"hello<sep> world{tok.eos_token}"
 
 
 def test_stop_string_across_tokens_finishes_and_asks_for_abort(tok) -> None:

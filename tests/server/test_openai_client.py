@@ -163,3 +163,24 @@ def test_logit_bias_and_min_tokens(client, server) -> None:
         chunks = list(r) if stream else [r]
         assert chunks[-1].usage.completion_tokens == 5  # four held back, then EOS
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_skip_special_tokens_false_keeps_them_in_the_text(client, tiny_tokenizer) -> None:
+    """vLLM's `skip_special_tokens`: EOS forced by logit_bias (and ignored) is left out of the text
+    by default, and written as its token text with `false`; the same tokens either way."""
+    from radixserve.testing import EOS_IDS
+
+    eos = tiny_tokenizer.convert_ids_to_tokens(EOS_IDS[0])
+    assert eos in tiny_tokenizer.all_special_tokens
+    texts = {}
+    for skip in (True, False):
+        r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, logprobs=0,
+                                      logit_bias={str(EOS_IDS[0]): 100},
+                                      extra_body=EXACT | {"skip_special_tokens": skip})
+        assert r.usage.completion_tokens == 3
+        texts[skip] = r.choices[0].text
+    assert texts == {True: "", False: eos * 3}
+    streamed = client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=2, stream=True,
+                                              logit_bias={str(EOS_IDS[0]): 100},
+                                              extra_body=EXACT | {"skip_special_tokens": False})
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == eos * 2

@@ -158,3 +158,4 @@ class RequestStarted:
     stop: list[str]
     logprobs: bool
     min_tokens: int = 0  # stop strings count from this many tokens on
+    skip_special_tokens: bool = True

@@ -39,7 +39,8 @@ def admit(sched: Scheduler, msg: UserMsg) -> RequestStarted | RequestFailed | No
         return RequestFailed(msg.uid, "internal error while admitting the request", status=500)
     if params is None:
         return None
-    return RequestStarted(msg.uid, params.stop, params.logprobs is not None, params.min_tokens)
+    return RequestStarted(msg.uid, params.stop, params.logprobs is not None, params.min_tokens,
+                          params.skip_special_tokens)
 
 
 def abort(sched: Scheduler, uid: int) -> AbortMsg | None:

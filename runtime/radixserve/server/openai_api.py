@@ -44,6 +44,7 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             repetition_penalty=req.repetition_penalty, logprobs=logprobs,
             logit_bias=dict(req.logit_bias or {}), min_tokens=req.min_tokens, priority=req.priority,
+            skip_special_tokens=req.skip_special_tokens,
             **({grammar.kind: grammar.value} if grammar is not None else {}),
         )
     except ValueError as e:

@@ -66,6 +66,7 @@ class SamplingFields(_Strict):
     logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)  # "token id": bias
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)  # vLLM's: no EOS, stop token or string before
     priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)  # vLLM's: lower is admitted first
+    skip_special_tokens: bool = True  # vLLM's: False keeps EOS and chat markers in the text
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -188,6 +189,7 @@ class GenerateSampling(_Strict):
     logit_bias: dict[str, float] = Field(default_factory=dict, max_length=MAX_LOGIT_BIAS)
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)
     priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)
+    skip_special_tokens: bool = True
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None

@@ -35,6 +35,7 @@ class _DecodeState:
     stop: StopStringMatcher
     want_logprobs: bool = False
     min_tokens: int = 0  # stop strings are looked for from this token on (vLLM's min_tokens)
+    skip_special: bool = True  # special tokens left out of the text
     ids: list[int] = field(default_factory=list)
     prefix_offset: int = 0  # start of the decode window (gives the first token its context)
     read_offset: int = 0  # tokens up to here are already emitted as text
@@ -46,10 +47,12 @@ class DetokenizeManager:
         self.states: dict[int, _DecodeState] = {}
         self.finished: OrderedDict[int, None] = OrderedDict()
 
-    def start(self, uid: int, stop: list[str], want_logprobs: bool, min_tokens: int = 0) -> None:
+    def start(self, uid: int, stop: list[str], want_logprobs: bool, min_tokens: int = 0,
+              skip_special: bool = True) -> None:
         """Register a request (before its first token) so its stop strings are known."""
         if uid not in self.finished:
-            self.states[uid] = _DecodeState(StopStringMatcher(stop), want_logprobs, min_tokens)
+            self.states[uid] = _DecodeState(StopStringMatcher(stop), want_logprobs, min_tokens,
+                                            skip_special)
 
     def is_active(self, uid: int) -> bool:
         return uid in self.states
@@ -60,12 +63,12 @@ class DetokenizeManager:
         while len(self.finished) > _FINISHED_MEMORY:
             self.finished.popitem(last=False)
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _decode(self, s: _DecodeState, start: int, end: int | None = None) -> str:
+        return self.tokenizer.decode(s.ids[start:end], skip_special_tokens=s.skip_special)
 
     def _new_text(self, s: _DecodeState, final: bool) -> str:
-        prefix = self._decode(s.ids[s.prefix_offset : s.read_offset])
-        full = self._decode(s.ids[s.prefix_offset :])
+        prefix = self._decode(s, s.prefix_offset, s.read_offset)
+        full = self._decode(s, s.prefix_offset)
         if len(full) > len(prefix) and not full.endswith("\ufffd"):
             s.prefix_offset, s.read_offset = s.read_offset, len(s.ids)
             return full[len(prefix) :]
@@ -73,7 +76,7 @@ class DetokenizeManager:
             return full[len(prefix) :].rstrip("\ufffd")
         if len(s.ids) - s.read_offset >= _MAX_HELD:  # emit all but the tokens a char may still need
             cut = len(s.ids) - (_MAX_HELD - 1)
-            text = self._decode(s.ids[s.prefix_offset : cut])[len(prefix) :]
+            text = self._decode(s, s.prefix_offset, cut)[len(prefix) :]
             s.prefix_offset, s.read_offset = s.read_offset, cut
             return text
         return ""
@@ -146,7 +149,7 @@ class DetokenizeManager:
                 if stopped:  # free the request's KV now, not at max_tokens
                     aborts.append(out.uid)
         elif isinstance(msg, RequestStarted):
-            self.start(msg.uid, msg.stop, msg.logprobs, msg.min_tokens)
+            self.start(msg.uid, msg.stop, msg.logprobs, msg.min_tokens, msg.skip_special_tokens)
         elif isinstance(msg, AbortMsg):
             if self.is_active(msg.uid) or msg.uid not in self.finished:
                 self.finish(msg.uid)
