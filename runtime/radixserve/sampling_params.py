@@ -33,6 +33,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     priority: int = 0  # admission order: lower first, arrival order among equals (vLLM's)
     skip_special_tokens: bool = True  # special tokens (EOS, chat markers) left out of the text
+    truncate_prompt_tokens: int | None = None  # keep only the prompt's last N tokens (vLLM's)
     # an embedding request: the prompt's last hidden state (L2-normalized), no token generated
     embed: bool = False
     # grammar-constrained decoding (xgrammar): the output must match; the request ends ("stop")
@@ -100,6 +101,9 @@ class SamplingParams:
                                  f"got {str(tok)[:40]!r}")
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
                 raise bad("logit_bias", "values must be numbers in [-100, 100]")
+        if self.truncate_prompt_tokens is not None and (
+                not integer(self.truncate_prompt_tokens) or self.truncate_prompt_tokens < 1):
+            raise bad("truncate_prompt_tokens", "must be a positive integer")
         if not integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise bad("min_tokens", f"must be an integer in [0, max_tokens = {self.max_tokens}]")
         given = [name for name in GRAMMAR_FIELDS if getattr(self, name) is not None]

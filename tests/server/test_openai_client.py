@@ -184,3 +184,39 @@ def test_skip_special_tokens_false_keeps_them_in_the_text(client, tiny_tokenizer
                                               logit_bias={str(EOS_IDS[0]): 100},
                                               extra_body=EXACT | {"skip_special_tokens": False})
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == eos * 2
+
+
+def test_continuous_usage_stats_counts_every_chunk(client) -> None:
+    """vLLM's `continuous_usage_stats`: every chunk after the opening one carries the usage so
+    far (completion tokens growing by the chunk's tokens), the last equal to the final usage."""
+    for kind in ("chat", "completion"):
+        opts = {"include_usage": True, "continuous_usage_stats": True}
+        if kind == "chat":
+            chunks = list(_chat(client, max_tokens=8, temperature=0, stream=True, stream_options=opts,
+                                extra_body=EXACT))
+            chunks = chunks[1:]  # the opening role chunk comes before any token
+        else:
+            chunks = list(client.completions.create(model="tiny", prompt=PROMPT, max_tokens=8, temperature=0,
+                                                    stream=True, stream_options=opts, extra_body=EXACT))
+        counts = [c.usage.completion_tokens for c in chunks]
+        assert counts[-1] == 8 and counts == sorted(counts) and counts[0] >= 1, (kind, counts)
+        assert len({c.usage.prompt_tokens for c in chunks}) == 1 and chunks[0].usage.prompt_tokens > 0
+        assert chunks[-1].choices == []
+
+
+def test_truncate_prompt_tokens_keeps_the_end_of_the_prompt(client, server, tiny_tokenizer) -> None:
+    """vLLM's `truncate_prompt_tokens`: only the prompt's last N tokens are used: the same greedy
+    reply as for those N tokens sent as the prompt."""
+    ids = tiny_tokenizer.encode(PROMPT)
+    assert len(ids) > 5
+    cut = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=6, temperature=0,
+                                    extra_body=EXACT | {"truncate_prompt_tokens": 5})
+    tail = client.completions.create(model="tiny", prompt=ids[-5:], max_tokens=6, temperature=0, extra_body=EXACT)
+    whole = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=6, temperature=0, extra_body=EXACT)
+    assert cut.usage.prompt_tokens == 5 and whole.usage.prompt_tokens == len(ids)
+    assert cut.choices[0].text == tail.choices[0].text
+    emb = client.embeddings.create(model="tiny", input=PROMPT, extra_body={"truncate_prompt_tokens": 5})
+    assert emb.usage.prompt_tokens == 5
+    assert emb.data[0].embedding == client.embeddings.create(model="tiny", input=[ids[-5:]]).data[0].embedding
+    with pytest.raises(openai.BadRequestError, match="truncate_prompt_tokens"):
+        client.completions.create(model="tiny", prompt=PROMPT, max_tokens=2, extra_body={"truncate_prompt_tokens": 0})

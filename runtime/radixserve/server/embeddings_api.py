@@ -38,7 +38,8 @@ async def embeddings(req: EmbeddingRequest, raw: Request, state: StateDep) -> di
     reject_empty(prompts, "input")
     if len(prompts) > MAX_N:
         raise APIError(400, f"input must hold at most {MAX_N} prompts, got {len(prompts)}", "input")
-    d = Dispatch(state.frontend, prompts, SamplingParams(max_tokens=1, embed=True), 1, False)
+    params = SamplingParams(max_tokens=1, embed=True, truncate_prompt_tokens=req.truncate_prompt_tokens)
+    d = Dispatch(state.frontend, prompts, params, 1, False)
     choices = await d.collect(raw)
     data = []
     for c in choices:

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -44,7 +44,7 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             repetition_penalty=req.repetition_penalty, logprobs=logprobs,
             logit_bias=dict(req.logit_bias or {}), min_tokens=req.min_tokens, priority=req.priority,
-            skip_special_tokens=req.skip_special_tokens,
+            skip_special_tokens=req.skip_special_tokens, truncate_prompt_tokens=req.truncate_prompt_tokens,
             **({grammar.kind: grammar.value} if grammar is not None else {}),
         )
     except ValueError as e:
@@ -178,11 +178,14 @@ async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: l
     first = await d.start(raw)
     if first is None:
         return Response(status_code=204)  # the client is gone: nobody reads this
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    opts = req.stream_options
+    # OpenAI's include_usage: a last chunk with the usage; vLLM's continuous_usage_stats with it:
+    # every chunk after the opening one carries the usage so far
+    usage_mode = "none" if not (opts and opts.include_usage) else "every" if opts.continuous_usage_stats else "last"
     if kind == "chat":
-        events = _chat_stream(d, first, raw, head, with_logprobs, include_usage, req.n, plan)
+        events = _chat_stream(d, first, raw, head, with_logprobs, usage_mode, req.n, plan)
     else:
-        events = _completion_stream(d, first, raw, head, with_logprobs, include_usage, req.n, echo)
+        events = _completion_stream(d, first, raw, head, with_logprobs, usage_mode, req.n, echo)
     return StreamingResponse(ending_properly(events), media_type="text/event-stream")
 
 
@@ -197,15 +200,23 @@ def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan, echo: Ech
     return {"index": c.index, "text": head + c.text, "logprobs": lp, "finish_reason": c.finish_reason}
 
 
+def _usage_so_far(usage_mode: str, choices: list[Choice], n: int) -> Callable[[], dict]:
+    """The `usage` member of a stream's chunks: absent (`none`), null until the last chunk
+    (`last`), or the counts so far (`every`)."""
+    return lambda: ({"usage": usage(choices, n)} if usage_mode == "every"
+                    else {"usage": None} if usage_mode == "last" else {})
+
+
 async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
-                       include_usage: bool, n: int, plan: ToolPlan) -> AsyncIterator[str]:
+                       usage_mode: str, n: int, plan: ToolPlan) -> AsyncIterator[str]:
     head = head | {"object": "chat.completion.chunk"}
-    extra = {"usage": None} if include_usage else {}
     choices = [Choice(i) for i in range(len(d.msgs))]
+    extra = _usage_so_far(usage_mode, choices, n)
     outputs = [plan.new_output() for _ in choices]
     opening = {"role": "assistant", "content": None if plan.forced else ""}  # a forced call has no content
     for c in choices:
-        yield sse(head | {"choices": [{"index": c.index, "delta": opening, "logprobs": None, "finish_reason": None}]} | extra)
+        yield sse(head | {"choices": [{"index": c.index, "delta": opening, "logprobs": None, "finish_reason": None}]}
+                  | ({"usage": None} if usage_mode != "none" else {}))
     async for i, r in d.events(first, raw):
         choices[i].add(r)
         # A reply with tokens is sent even when its text is empty (a character still incomplete,
@@ -219,16 +230,16 @@ async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, 
             last = j == max(len(deltas), 1) - 1
             reason = outputs[i].finish_reason(r.finish_reason) if r.finished and last else None
             yield sse(head | {"choices": [{"index": i, "delta": delta, "logprobs": lp if j == 0 else None,
-                                           "finish_reason": reason}]} | extra)
-    if include_usage:
+                                           "finish_reason": reason}]} | extra())
+    if usage_mode != "none":
         yield sse(head | {"choices": [], "usage": usage(choices, n)})
     yield sse("[DONE]")
 
 
 async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, with_logprobs: bool,
-                             include_usage: bool, n: int, echo: Echo | None = None) -> AsyncIterator[str]:
-    extra = {"usage": None} if include_usage else {}
+                             usage_mode: str, n: int, echo: Echo | None = None) -> AsyncIterator[str]:
     choices = [Choice(i) for i in range(len(d.msgs))]
+    extra = _usage_so_far(usage_mode, choices, n)
     echoed = [False] * len(choices)
     async for i, r in d.events(first, raw):
         c = choices[i]
@@ -239,14 +250,14 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
                 echoed[i] = True
                 lp = _completion_logprobs(echo.logprobs(c), 0) if with_logprobs else None
                 yield sse(head | {"choices": [{"index": i, "text": echo.text(c), "logprobs": lp,
-                                               "finish_reason": None}]} | extra)
+                                               "finish_reason": None}]} | extra())
             offset += len(echo.text(c))
         if not r.text and not r.token_ids and not r.finished:
             continue  # a reply with tokens is sent even when its text is empty (as for chat)
         lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
         choice = {"index": i, "text": r.text, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
-        yield sse(head | {"choices": [choice]} | extra)
-    if include_usage:
+        yield sse(head | {"choices": [choice]} | extra())
+    if usage_mode != "none":
         yield sse(head | {"choices": [], "usage": usage(choices, n)})
     yield sse("[DONE]")
 

@@ -47,6 +47,7 @@ class _Strict(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: every chunk carries the usage so far
 
 
 class SamplingFields(_Strict):
@@ -67,6 +68,7 @@ class SamplingFields(_Strict):
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)  # vLLM's: no EOS, stop token or string before
     priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)  # vLLM's: lower is admitted first
     skip_special_tokens: bool = True  # vLLM's: False keeps EOS and chat markers in the text
+    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # vLLM's: the last N
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -190,6 +192,7 @@ class GenerateSampling(_Strict):
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)
     priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)
     skip_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None
@@ -232,4 +235,5 @@ class EmbeddingRequest(_Strict):
     input: Prompts
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, le=MAX_INT32)  # the first N, renormalized (MRL)
+    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # vLLM's: the last N
     user: Text | None = None

@@ -35,7 +35,13 @@ class TokenizeManager:
         self.tokenizer = tokenizer
 
     def tokenize(self, msg: TokenizeMsg) -> list[int]:
-        """ValueError (naming the field) for a prompt that cannot be tokenized."""
+        """ValueError (naming the field) for a prompt that cannot be tokenized. With
+        `truncate_prompt_tokens` only the prompt's last tokens are kept (the end of a long
+        document or conversation, where the question is)."""
+        keep = msg.params.truncate_prompt_tokens
+        return self._ids(msg)[-keep:] if keep is not None else self._ids(msg)
+
+    def _ids(self, msg: TokenizeMsg) -> list[int]:
         if msg.input_ids is not None:
             return list(msg.input_ids)
         if msg.chat is not None:
