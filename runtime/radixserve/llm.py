@@ -37,7 +37,7 @@ from radixserve.offline.outputs import (
 from radixserve.offline.pipeline import LocalPipeline, Reply
 from radixserve.sampling_params import SamplingParams, choice_params
 from radixserve.scheduler.scheduler import Scheduler
-from radixserve.tokenizer.tokenize import TokenizeManager
+from radixserve.tokenizer.tokenize import TokenizeManager, truncated
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -228,6 +228,7 @@ class LLM:
             except ValueError as e:
                 raise ValueError(f"prompt {i}: {e}") from None
         msgs, index = [], {}
+        ids = [truncated(toks, sp) for toks, sp in zip(ids, per_prompt)]
         for i, (toks, sp) in enumerate(zip(ids, per_prompt)):
             for j, choice in enumerate(choice_params(sp, n)):
                 uid = self._engine.new_uid()

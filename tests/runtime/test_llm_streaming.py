@@ -120,3 +120,18 @@ def test_tp2_async_calls_step_the_group_from_the_engine_thread(tiny_ckpts) -> No
         assert [t for o in llm.stream(PROMPTS[0], SP) for t in o.token_ids] == want[0]
     finally:
         llm.close()
+
+
+def test_truncate_prompt_tokens_offline_is_the_prompts_end(llm) -> None:
+    """`SamplingParams(truncate_prompt_tokens=N)` in `LLM` as on the server: the last N prompt
+    tokens only, so the same greedy tokens as those N sent as the prompt."""
+    long = list(range(20, 60))
+    cut, tail, whole = llm.generate([long, long[-6:], long], [
+        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0, truncate_prompt_tokens=6),
+        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0),
+        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0)])
+    assert cut.prompt_token_ids == tail.prompt_token_ids == long[-6:] and whole.prompt_token_ids == long
+    assert cut.token_ids == tail.token_ids
+    with pytest.raises(ValueError, match="truncate_prompt_tokens"):
+        SamplingParams(truncate_prompt_tokens=0)
+    _idle(llm)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from radixserve.messages import TextOpMsg, TextOpReply, TokenizeMsg
+from radixserve.sampling_params import SamplingParams
 
 
 def template_messages(chat: list[dict]) -> list[dict]:
@@ -30,16 +31,21 @@ def _arguments(text: str) -> dict | str:
     return value if isinstance(value, dict) else text
 
 
+def truncated(ids: list[int], params: SamplingParams) -> list[int]:
+    """With `truncate_prompt_tokens` only the prompt's last tokens are kept (the end of a long
+    document or conversation, where the question is); the server and `LLM` both cut here."""
+    keep = params.truncate_prompt_tokens
+    return ids[-keep:] if keep is not None else ids
+
+
 class TokenizeManager:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
 
     def tokenize(self, msg: TokenizeMsg) -> list[int]:
-        """ValueError (naming the field) for a prompt that cannot be tokenized. With
-        `truncate_prompt_tokens` only the prompt's last tokens are kept (the end of a long
-        document or conversation, where the question is)."""
-        keep = msg.params.truncate_prompt_tokens
-        return self._ids(msg)[-keep:] if keep is not None else self._ids(msg)
+        """ValueError (naming the field) for a prompt that cannot be tokenized; cut to
+        `truncate_prompt_tokens` (`truncated`)."""
+        return truncated(self._ids(msg), msg.params)
 
     def _ids(self, msg: TokenizeMsg) -> list[int]:
         if msg.input_ids is not None:
