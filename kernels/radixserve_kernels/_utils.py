@@ -54,11 +54,13 @@ def _pdl_capable(device_index: int) -> bool:
     return not interpreting() and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def use_pdl(t: torch.Tensor) -> bool:
-    """Launch the decode-path kernels with programmatic dependent launch (`_jit/pdl.py`), on
-    Hopper and later: a batch-1 decode step is ~280 small kernels, so the launch gap between
-    them is a large share of it."""
-    return _pdl["enabled"] and t.is_cuda and _pdl_capable(t.device.index or 0)
+def pdl_args(t: torch.Tensor) -> dict[str, bool]:
+    """The launch arguments of a decode-path kernel on `t`'s device: programmatic dependent
+    launch (`_jit/pdl.py`) on Hopper and later, where a batch-1 decode step is ~280 small kernels
+    and the launch gap between them is a large share of it. The kernel's `PDL` (its wait) and
+    Triton's `launch_pdl` are one switch: a kernel launched early must wait."""
+    on = _pdl["enabled"] and t.is_cuda and _pdl_capable(t.device.index or 0)
+    return {"PDL": on, "launch_pdl": on}
 
 
 def dot_precision(dtype: torch.dtype) -> str:

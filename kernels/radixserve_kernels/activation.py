@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import cdiv, next_pow2, use_pdl
+from radixserve_kernels._utils import cdiv, next_pow2, pdl_args
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -25,6 +25,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x2.shape[0]:
         grid = (x2.shape[0], cdiv(inter, block))
         silu_and_mul_kernel[grid](x2, out, x2.stride(0), inter, BLOCK=block, num_warps=4,
-                                  PDL=(pdl := use_pdl(x)), launch_pdl=pdl)
+                                  **pdl_args(x))
     return out.view(*x.shape[:-1], inter)
 

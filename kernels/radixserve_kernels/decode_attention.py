@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import device_sms, dot_precision, next_pow2, use_pdl
+from radixserve_kernels._utils import device_sms, dot_precision, next_pow2, pdl_args
 from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 
@@ -89,7 +89,7 @@ def decode_attention(
         out.stride(0), out.stride(1), scale * k_scale, v_scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype),
-        num_warps=4, num_stages=stages, PDL=(pdl := use_pdl(q)), launch_pdl=pdl,
+        num_warps=4, num_stages=stages, **pdl_args(q),
     )
     if num_splits == 1:
         return out
@@ -98,6 +98,6 @@ def decode_attention(
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1),
         HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d,
-        num_warps=4, PDL=pdl, launch_pdl=pdl,
+        num_warps=4, **pdl_args(q),
     )
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import cdiv, dot_precision, use_pdl
+from radixserve_kernels._utils import cdiv, dot_precision, pdl_args
 
 SKINNY_MAX_M = 16  # rows one program holds (tl.dot's smallest tile)
 
@@ -51,6 +51,6 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             x.stride(0), weight.stride(0), y.stride(0),
             HAS_BIAS=bias is not None, PRECISION=dot_precision(x.dtype),
             BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n, BLOCK_K=block_k,
-            num_warps=warps, num_stages=stages, PDL=(pdl := use_pdl(x)), launch_pdl=pdl,
+            num_warps=warps, num_stages=stages, **pdl_args(x),
         )
     return y

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from radixserve_kernels._utils import next_pow2, use_pdl
+from radixserve_kernels._utils import next_pow2, pdl_args
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -49,7 +49,7 @@ def _launch(x, residual, weight, eps):
         rmsnorm_kernel[(rows,)](
             xr, rr, weight, out, res_out, xs0, xs1, rs0, rs1, inner, d, eps,
             HAS_RES=residual is not None, BLOCK=block, num_warps=min(max(block // 256, 1), 8),
-            PDL=(pdl := use_pdl(x)), launch_pdl=pdl,
+            **pdl_args(x),
         )
     return out, res_out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from radixserve_kernels._utils import next_pow2, use_pdl
+from radixserve_kernels._utils import next_pow2, pdl_args
 from radixserve_kernels.kv_quant import FP8_MAX, is_fp8
 from radixserve_kernels.rmsnorm import rms_norm_ref
 
@@ -88,6 +88,6 @@ def qk_norm_rope_(
             1.0 / k_scale, 1.0 / v_scale, HAS_NORM=has_norm, STORE_KV=fused_store,
             FP8=fused_store and is_fp8(k_cache.dtype), FP8_MAX=FP8_MAX, BLOCK_QH=next_pow2(n_qh),
             BLOCK_KH=next_pow2(n_kh), BLOCK_D=next_pow2(d // 2), num_warps=4,
-            PDL=(pdl := use_pdl(q)), launch_pdl=pdl,
+            **pdl_args(q),
         )
     return q, k

@@ -224,11 +224,10 @@ class LLM:
         ids = []
         for i, p in enumerate(plist):
             try:
-                ids.append(self.encode(p, chat))
+                ids.append(truncated(self.encode(p, chat), per_prompt[i]))
             except ValueError as e:
                 raise ValueError(f"prompt {i}: {e}") from None
         msgs, index = [], {}
-        ids = [truncated(toks, sp) for toks, sp in zip(ids, per_prompt)]
         for i, (toks, sp) in enumerate(zip(ids, per_prompt)):
             for j, choice in enumerate(choice_params(sp, n)):
                 uid = self._engine.new_uid()

@@ -44,7 +44,7 @@ class HermesParser(ToolParser):
             if not self.in_call:
                 i = self.buf.find(self.OPEN)
                 if i < 0:
-                    keep = _partial_suffix(self.buf, self.OPEN)
+                    keep = partial_suffix(self.buf, self.OPEN)
                     self._text(self.buf[: len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     break
@@ -144,7 +144,7 @@ class Llama3JsonParser(ToolParser):
         return self._take()
 
 
-def _partial_suffix(text: str, tag: str) -> int:
+def partial_suffix(text: str, tag: str) -> int:
     """The length of the longest end of `text` that begins `tag` (it may be the tag, cut)."""
     for n in range(min(len(text), len(tag) - 1), 0, -1):
         if tag.startswith(text[-n:]):

@@ -53,12 +53,10 @@ class Choice:
         self.text += r.text
         self.token_ids += r.token_ids
         self.logprobs += r.logprobs or []
-        # every token's reply carries the counts so far (a stream's continuous_usage_stats)
-        self.prompt_tokens = r.prompt_tokens or self.prompt_tokens
-        self.completion_tokens = max(self.completion_tokens, r.completion_tokens)
+        # every reply carries the counts so far (a stream's continuous_usage_stats), the last the totals
+        self.prompt_tokens, self.completion_tokens = r.prompt_tokens, r.completion_tokens
         if r.finished:
             self.finish_reason = r.finish_reason
-            self.prompt_tokens, self.completion_tokens = r.prompt_tokens, r.completion_tokens
 
 
 def usage(choices: list[Choice], n: int) -> dict:

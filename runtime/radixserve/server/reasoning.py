@@ -10,7 +10,7 @@ never closes is all thinking. Whitespace at the start of each part is dropped (t
 newlines around the tags). Fed whole or a character at a time, the split is the same."""
 from __future__ import annotations
 
-from radixserve.server.auto_tool_parsers import _partial_suffix
+from radixserve.server.auto_tool_parsers import partial_suffix
 
 REASONING_PARSERS = ("qwen3", "deepseek_r1")
 OPEN, CLOSE = "<think>", "</think>"
@@ -41,7 +41,7 @@ class ReasoningParser:
             elif self.state == "think":
                 end = self.held.find(CLOSE)
                 if end < 0:
-                    keep = _partial_suffix(self.held, CLOSE)
+                    keep = partial_suffix(self.held, CLOSE)
                     self._emit(out, True, self.held[:len(self.held) - keep])
                     self.held = self.held[len(self.held) - keep:]
                     break
