@@ -14,12 +14,14 @@ def decode_split_kernel(
     scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
+    F16_DOTS: tl.constexpr, PDL: tl.constexpr,
 ):
     """One (request, KV head, split): all GROUP query heads of that KV head against one slice of
     the request's keys; writes the slice's normalised output and log-sum-exp (with one split,
     the final output directly). `scale` includes an FP8 cache's K scale; `v_scale` multiplies
-    the output (1.0 for other caches)."""
+    the output (1.0 for other caches). F16_DOTS: q and the probabilities in float16, into which
+    an FP8 cache widens in one instruction where bf16 takes several (float16 also holds q's bf16
+    mantissa exactly)."""
     pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1)
@@ -37,6 +39,8 @@ def decode_split_kernel(
     dm = d < HEAD_DIM
     q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :],
                 mask=gm[:, None] & dm[None, :], other=0.0)
+    if F16_DOTS:
+        q = q.to(tl.float16)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
