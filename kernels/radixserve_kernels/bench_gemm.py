@@ -2,7 +2,8 @@
 [--sweep]`. Qwen3-0.6B's four projections in bf16, 1/8/16 rows, µs per call timed inside a CUDA
 graph (no launch cost) with the weight rotated over 12 copies, so every call reads it from HBM
 rather than from L2 (one 4-12 MB weight fits in the H200's 50 MB L2). `--sweep` also tries a
-grid of tile configurations, to retune `skinny_gemm_config` on another GPU."""
+grid of tile configurations, to retune `skinny_gemm_config` (and, for one row, `gemv_config`)
+on another GPU."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from triton.runtime import errors as triton_errors
 
 from radixserve_kernels import gemv
 
@@ -18,6 +20,7 @@ SHAPES = {"qkv_proj": (4096, 1024), "o_proj": (1024, 2048), "gate_up_proj": (614
           "down_proj": (1024, 3072)}
 COPIES = 12
 SWEEP = [(bn, bk, 4, st) for bn, bk, st in itertools.product([16, 32, 64], [128, 256, 512], [2, 3, 4])]
+ONE_ROW_SWEEP = list(itertools.product([2, 4, 8, 16], [128, 256, 512, 1024], [2, 4, 8], [1, 2, 3]))
 
 
 def graph_us(fn: Callable[[int], object], reps: int = 24, iters: int = 10) -> float:
@@ -40,13 +43,18 @@ def graph_us(fn: Callable[[int], object], reps: int = 24, iters: int = 10) -> fl
 
 
 def skinny_us(x: torch.Tensor, ws: list[torch.Tensor], config: tuple[int, int, int, int] | None) -> float:
-    chosen = gemv.skinny_gemm_config
+    """µs per `skinny_gemm` call; `config` replaces the chosen tiles (the one-row kernel's for a
+    single row), or None for the chosen ones."""
+    name = "gemv_config" if x.shape[0] == 1 else "skinny_gemm_config"
+    chosen = getattr(gemv, name)
     if config is not None:
-        gemv.skinny_gemm_config = lambda n, k, elem_bytes: config  # type: ignore[assignment]
+        setattr(gemv, name, lambda *shape: config)
     try:
         return graph_us(lambda r: gemv.skinny_gemm(x, ws[r % COPIES], None))
+    except triton_errors.OutOfResources:  # a sweep's tile too large for shared memory
+        return float("inf")
     finally:
-        gemv.skinny_gemm_config = chosen  # type: ignore[assignment]
+        setattr(gemv, name, chosen)
 
 
 def main() -> None:
@@ -62,9 +70,10 @@ def main() -> None:
             ours = skinny_us(x, ws, None)
             line = (f"{name:13s} [{n}x{k}] {mb:4.1f} MB  rows {m:2d}  cuBLAS {cublas:6.2f} us "
                     f"({mb / cublas:4.2f} TB/s)  skinny {ours:6.2f} us ({mb / ours:4.2f} TB/s) "
-                    f"{gemv.skinny_gemm_config(n, k)}")
+                    f"{gemv.gemv_config(n, k) if m == 1 else gemv.skinny_gemm_config(n, k)}")
             if args.sweep:
-                best = sorted((skinny_us(x, ws, c), c) for c in SWEEP)[:4]
+                grid = ONE_ROW_SWEEP if m == 1 else SWEEP
+                best = sorted((skinny_us(x, ws, c), c) for c in grid)[:4]
                 line += "  best: " + " ".join(f"{us:.2f}{c}" for us, c in best)
             print(line, flush=True)
 

@@ -1,9 +1,11 @@
 """`x @ W.T (+ b)` for a handful of rows (decode at small batch): a memory-bound weight stream.
 
 Each program reads one block of weight rows once, for all rows of x, with no split-K reduction
-pass. On the H200 at Qwen3-0.6B's four projections and 1/8/16 rows it is faster than cuBLAS in 9
-of the 12 cases and at most 7% slower in the others; at one row of the attention output
-projection cuBLAS's split-K choice takes 13.0 µs where this takes 4.9 (docs/benchmarks.md).
+pass. On the H200 at Qwen3-0.6B's four projections and 8/16 rows the tiled kernel is faster than
+cuBLAS in most cases and at most 7% slower in the others. One row takes its own kernel, without
+tensor cores, whose programs hold as few as 4 weight rows: four to eight times the programs,
+1.2-1.7x faster than the tiled kernel per projection and 0.87 ms instead of 1.04 per batch-1
+decode step (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -31,6 +33,15 @@ def skinny_gemm_config(n: int, k: int, elem_bytes: int = 2) -> tuple[int, int, i
     return block_n, block_k * 2 // elem_bytes, 4, stages
 
 
+def gemv_config(n: int, k: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps, num_stages) of the one-row kernel for an [n, k] weight, the
+    best of a sweep of 144 on the H200 at Qwen3-0.6B's projections (weights rotated past L2):
+    long rows take 8 warps over 1,024 columns; wide outputs 8 rows a program."""
+    if k >= 2048:
+        return 4, 1024, 8, 3
+    return (8, 512, 4, 2) if n >= 6144 else (4, 1024, 2, 1)
+
+
 def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Triton twin of `skinny_gemm_ref` for x [M <= 16, K] (rows may be strided, last dim
     contiguous), weight [N, K] contiguous."""
@@ -44,7 +55,16 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         x = x.contiguous()
     assert weight.is_contiguous(), "the weight must be contiguous"
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    if m:
+    if m == 1:
+        from radixserve_kernels._jit.gemv import gemv_kernel
+
+        block_n, block_k, warps, stages = gemv_config(n, k)
+        gemv_kernel[(cdiv(n, block_n),)](
+            x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
+            HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            num_warps=warps, num_stages=stages, **pdl_args(x),
+        )
+    elif m:
         block_n, block_k, warps, stages = skinny_gemm_config(n, k, x.element_size())
         skinny_gemm_kernel[(cdiv(n, block_n),)](
             x, weight, bias if bias is not None else weight, y, m, n, k,
