@@ -46,6 +46,7 @@ def test_qk_norm_rope_stores_kv(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", MATMUL)
 def test_skinny_gemm(dtype: torch.dtype) -> None:
     kc.check_skinny_gemm("cpu", dtype, rows=[1, 3, 16], n=40, k=300)
+    kc.check_skinny_gemm("cpu", dtype, rows=[1], n=42, k=2100)  # one row: masked tails, K > 2048
 
 
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
