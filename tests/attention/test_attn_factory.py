@@ -135,8 +135,8 @@ class _Fake:
         return True
 
 
-def _cfg(head_dim: int = 128, dtype=torch.bfloat16):
-    pool = types.SimpleNamespace(dtype=dtype)
+def _cfg(head_dim: int = 128, dtype=torch.bfloat16, kv_dtype=None):
+    pool = types.SimpleNamespace(dtype=kv_dtype or dtype)
     return factory.AttnConfig(
         num_qo_heads=4, num_kv_heads=2, head_dim=head_dim, page_size=1, kv_pool=pool,
         page_table=torch.zeros(1, 1, dtype=torch.int32), device=torch.device("cuda"), dtype=dtype,
@@ -177,6 +177,22 @@ def test_create_is_silent_when_flashinfer_runs(machine, built, caplog) -> None:
         backend = factory.create_attn_backend("auto", _cfg())
     assert _names(backend) == ("flashinfer", "triton")
     assert not [r for r in caplog.records if r.name == factory.__name__]
+
+
+def test_fp8_kv_cache_prefills_with_triton(machine, built, caplog) -> None:
+    """FlashInfer usable, but over an FP8 cache Triton's prefill is the faster one (H200)."""
+    machine.installed.add("flashinfer_jit_cache")
+    fp8 = torch.float8_e4m3fn
+    with caplog.at_level(logging.INFO, logger=factory.__name__):
+        backend = factory.create_attn_backend("auto", _cfg(kv_dtype=fp8))
+    assert _names(backend) == ("triton", "triton") and built == ["triton"]
+    (line,) = [r for r in caplog.records if r.name == factory.__name__]
+    assert "triton prefill, not FlashInfer" in line.getMessage() and "FP8" in line.getMessage()
+    assert factory.resolve_attn_spec("auto", "cuda", kv_dtype=fp8) == ("triton", "triton")
+    assert factory.resolve_attn_spec("auto", "cuda", kv_dtype=torch.bfloat16) == ("flashinfer", "triton")
+    assert factory.resolve_attn_spec("flashinfer", "cuda", kv_dtype=fp8) == ("flashinfer", "flashinfer")
+    machine.installed.discard("triton")  # FlashInfer is then still the fastest there is
+    assert factory.resolve_attn_spec("auto", "cuda", kv_dtype=fp8) == ("flashinfer", "flashinfer")
 
 
 def _fake_flashinfer(monkeypatch, aot_dir: Path) -> list[tuple]:
