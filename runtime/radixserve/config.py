@@ -81,6 +81,13 @@ class ServerConfig:
     metrics_without_key: bool = False
     tool_call_parser: str = "auto"  # tool_choice auto: auto (from the chat template) | hermes | llama3 | none
     reasoning_parser: str | None = None  # qwen3 | deepseek_r1: thinking as `reasoning_content`
+    chat_template: str | None = None  # a template's text, in place of the checkpoint's
+
+
+def add_chat_template_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
+                   help="a Jinja chat template (a file, or the template itself) used in place of "
+                        "the checkpoint's, e.g. for a base model that has none")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:

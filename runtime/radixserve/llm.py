@@ -37,6 +37,7 @@ from radixserve.offline.outputs import (
 from radixserve.offline.pipeline import LocalPipeline, Reply
 from radixserve.sampling_params import SamplingParams, choice_params
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.tokenizer.load import load_tokenizer, read_chat_template
 from radixserve.tokenizer.tokenize import TokenizeManager, truncated
 
 if TYPE_CHECKING:
@@ -71,12 +72,13 @@ class LLM:
         self, model: str | None = None, *, dtype: str = "auto", device: str = "auto",
         page_size: int = 1, cache: str = "radix", max_prefill_length: int = 8192,
         max_running_requests: int = 256, chat_template_kwargs: dict | None = None,
-        **more: object,
+        chat_template: str | None = None, **more: object,
     ) -> None:
         """`chat_template_kwargs`: variables for the chat template of every chat prompt (Qwen3's
-        `{"enable_thinking": False}`), as the server's request field of that name."""
-        from transformers import AutoTokenizer
-
+        `{"enable_thinking": False}`), as the server's request field of that name.
+        `chat_template`: a Jinja template (a file, or the template itself) in place of the
+        checkpoint's, as the server's `--chat-template`; ValueError where it is neither."""
+        template = read_chat_template(chat_template) if chat_template is not None else None
         self._template_kwargs = json.dumps(chat_template_kwargs) if chat_template_kwargs else None
 
         eng, sch = _split_kwargs(dict(
@@ -92,7 +94,7 @@ class LLM:
             atexit.register(self.close)
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.scheduler.model_path)
+        self.tokenizer = load_tokenizer(self.scheduler.model_path, template)
         self._tokenize = TokenizeManager(self.tokenizer)
         self._engine = EngineLoop(LocalPipeline(self.scheduler, self.tokenizer))
 

@@ -45,3 +45,39 @@ def test_llm_passes_chat_template_kwargs(tiny_ckpts) -> None:
     llm.tokenizer.chat_template = TEMPLATE
     assert llm.tokenizer.decode(llm.encode("hi", chat=True)).endswith("<think></think>")
     assert llm.tokenizer.decode(llm.encode(CHAT)).endswith("<think></think>")
+
+
+# a template unlike any checkpoint's, so its use is plain to see in the rendered prompt
+PLAIN = "{%- for m in messages %}{{ m.role | upper }}: {{ m.content }}\n{%- endfor %}" \
+        "{%- if add_generation_prompt %}ASSISTANT:{%- endif %}"
+
+
+def test_read_chat_template_takes_a_file_or_the_template(tmp_path) -> None:
+    import pytest
+
+    from radixserve.tokenizer.load import read_chat_template
+
+    path = tmp_path / "plain.jinja"
+    path.write_text(PLAIN)
+    assert read_chat_template(str(path)) == PLAIN
+    assert read_chat_template(PLAIN) == PLAIN
+    with pytest.raises(ValueError, match="'no/such.jinja' is neither a file nor a Jinja template"):
+        read_chat_template("no/such.jinja")
+    with pytest.raises(ValueError, match=r"does not parse: .*line 1"):
+        read_chat_template("{% for m in messages %}{{ m.content }}")  # no endfor
+    (tmp_path / "broken.jinja").write_text("{{ messages[0].content ")
+    with pytest.raises(ValueError, match="does not parse"):
+        read_chat_template(str(tmp_path / "broken.jinja"))
+
+
+def test_llm_chat_template_replaces_the_checkpoints(tiny_ckpts, tmp_path) -> None:
+    import pytest
+
+    from radixserve import LLM
+
+    path = tmp_path / "plain.jinja"
+    path.write_text(PLAIN)
+    llm = LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu", chat_template=str(path))
+    assert llm.tokenizer.decode(llm.encode("hi", chat=True)) == "USER: hiASSISTANT:"
+    with pytest.raises(ValueError, match="neither a file nor a Jinja template"):
+        LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu", chat_template="plain.jinja")

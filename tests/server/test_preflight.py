@@ -53,6 +53,15 @@ def test_missing_model_directory_fails_in_one_line(tmp_path) -> None:
     _assert_one_line_usage_error(r, "--model", "no such model directory")
 
 
+def test_chat_template_that_is_no_file_or_template_fails_in_one_line(tiny_model) -> None:
+    r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--port", str(free_port()),
+                    "--chat-template", "templates/missing.jinja")
+    _assert_one_line_usage_error(r, "--chat-template", "'templates/missing.jinja' is neither a file")
+    r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--port", str(free_port()),
+                    "--chat-template", "{% if messages %}{{ messages[0].content }}")
+    _assert_one_line_usage_error(r, "--chat-template", "does not parse")
+
+
 def test_directory_without_config_is_not_a_model(tmp_path) -> None:
     r = _radixserve("generate", "hi", "--model", str(tmp_path), "--device", "cpu")
     _assert_one_line_usage_error(r, "config.json")

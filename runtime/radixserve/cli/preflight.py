@@ -152,6 +152,18 @@ def check_engine(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfi
     return eng, sched
 
 
+def chat_template_from_args(args: argparse.Namespace) -> str | None:
+    """`--chat-template` read and parsed (its text), or None where not given."""
+    if args.chat_template is None:
+        return None
+    from radixserve.tokenizer.load import read_chat_template
+
+    try:
+        return read_chat_template(args.chat_template)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--chat-template: {e}") from None
+
+
 def bind_port(host: str, port: int) -> socket.socket:
     """Bind and listen now, so a busy port fails before the model loads and nobody takes the port
     meanwhile (NOTE: with SO_REUSEADDR only a listening socket makes another bind fail). A client

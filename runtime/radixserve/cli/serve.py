@@ -4,8 +4,14 @@ from __future__ import annotations
 import argparse
 
 from radixserve import settings
-from radixserve.cli.preflight import UsageError, bind_port, check_engine, resolve_model
-from radixserve.config import ServerConfig, add_engine_args
+from radixserve.cli.preflight import (
+    UsageError,
+    bind_port,
+    chat_template_from_args,
+    check_engine,
+    resolve_model,
+)
+from radixserve.config import ServerConfig, add_chat_template_arg, add_engine_args
 from radixserve.server.reasoning import REASONING_PARSERS
 
 
@@ -25,6 +31,7 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-parser", default=None, choices=list(REASONING_PARSERS),
                    help="return a reasoning model's <think> block as the message's reasoning_content, "
                         "apart from content (qwen3: the model opens it; deepseek_r1: the prompt does)")
+    add_chat_template_arg(p)
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -37,7 +44,7 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.shutdown_timeout < 0:
         raise UsageError(f"--shutdown-timeout must be non-negative, got {args.shutdown_timeout}")
     engine, sched = check_engine(args)
-    return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
+    return ServerConfig(chat_template=chat_template_from_args(args),engine=engine, scheduler=sched, host=args.host, port=args.port,
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
                         default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key,

@@ -11,7 +11,7 @@ import itertools
 import signal
 import sys
 
-from radixserve.config import add_engine_args
+from radixserve.config import add_chat_template_arg, add_engine_args
 from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
 from radixserve.sampling_params import SamplingParams
 
@@ -93,18 +93,24 @@ def command(shell: ChatShell, line: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from prompt_toolkit import PromptSession
-    from transformers import AutoTokenizer
 
-    from radixserve.cli.preflight import UsageError, check_engine, resolve_model
+    from radixserve.cli.preflight import (
+        UsageError,
+        chat_template_from_args,
+        check_engine,
+        resolve_model,
+    )
     from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.tokenizer.load import load_tokenizer
 
+    template = chat_template_from_args(args)
     engine, sched = check_engine(args)
     if engine.tp > 1:
         raise UsageError("--tp: the shell runs the engine in its own process; use `radixserve serve --tp N`")
     model_path = str(resolve_model(engine.model))
     print(f"loading {engine.model or model_path} …", flush=True)
     scheduler = Scheduler(dataclasses.replace(engine, model=model_path), sched)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path, template)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
     shell = ChatShell(scheduler, tokenizer, params, args.system)
     session: PromptSession = PromptSession()
@@ -133,4 +139,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--system", default=None, help="a system prompt")
+    add_chat_template_arg(p)
     p.set_defaults(func=run)

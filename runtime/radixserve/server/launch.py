@@ -40,10 +40,12 @@ def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack
     children = [ctx.Process(target=run_scheduler_process, name="scheduler",
                             args=(engine, cfg.scheduler, addrs, ack, pid, scheduler_class))]
     children.append(ctx.Process(target=run_tokenizer_process, name="detokenizer",
-                                args=(model_path, addrs, ack, pid, "detokenizer", cfg.num_tokenizer == 0, True)))
+                                args=(model_path, addrs, ack, pid, "detokenizer", cfg.num_tokenizer == 0, True,
+                                      cfg.chat_template)))
     for i in range(cfg.num_tokenizer):
         children.append(ctx.Process(target=run_tokenizer_process, name=f"tokenizer-{i}",
-                                    args=(model_path, addrs, ack, pid, f"tokenizer-{i}", True, False)))
+                                    args=(model_path, addrs, ack, pid, f"tokenizer-{i}", True, False,
+                                          cfg.chat_template)))
     for child in children:
         child.start()
         logger.info("started %s (pid %d)", child.name, child.pid)

@@ -62,7 +62,8 @@ class TokenizeManager:
         """A conversation through the model's chat template (with `chat_template_kwargs`, e.g.
         Qwen3's `enable_thinking`); ValueError naming `messages`."""
         if self.tokenizer.chat_template is None:
-            raise ValueError("messages cannot be used: this model's tokenizer has no chat template")
+            raise ValueError("messages cannot be used: this model's tokenizer has no chat template "
+                             "(the server's --chat-template gives it one)")
         tools = json.loads(tools_json) if tools_json is not None else None
         extra = json.loads(kwargs_json) if kwargs_json is not None else {}
         try:

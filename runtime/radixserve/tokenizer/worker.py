@@ -26,16 +26,11 @@ from radixserve.messages import (
 )
 from radixserve.server.auto_tool_parsers import detect_tool_parser
 from radixserve.tokenizer.detokenize import DetokenizeManager
+from radixserve.tokenizer.load import load_tokenizer
 from radixserve.tokenizer.tokenize import TokenizeManager
 
 logger = logging.getLogger("radixserve.tokenizer")
 _POLL_MS = 200
-
-
-def load_tokenizer(model_path: str):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_path)
 
 
 class TokenizerWorker:
@@ -105,12 +100,14 @@ def run_tokenizer_process(
     name: str,
     tokenize: bool,
     detokenize: bool,
+    chat_template: str | None = None,
 ) -> None:
-    """Entry point of a spawned tokenizer or detokenizer process."""
+    """Entry point of a spawned tokenizer or detokenizer process; `chat_template` (its text)
+    replaces the checkpoint's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server process coordinates shutdown
     setup_logging(name)
     t0 = time.perf_counter()
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(model_path, chat_template)
     worker = TokenizerWorker(tokenizer, zmq.Context(), addrs, tokenize, detokenize)
     logger.info("tokenizer loaded in %.1fs", time.perf_counter() - t0)
     # the API parses tool calls in the format the chat template teaches (it loads no tokenizer)
