@@ -26,6 +26,7 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
     seed: int = 0
     load_format: str = "auto"  # auto: the checkpoint's weights | dummy: random, same shapes
+    context_length: int | None = None  # None: the model's max_position_embeddings; else at most it
 
     def __post_init__(self) -> None:
         if self.load_format not in ("auto", "dummy"):
@@ -44,6 +45,19 @@ class EngineConfig:
             raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
         if self.max_kv_tokens is not None and self.max_kv_tokens < 1:
             raise ValueError(f"max_kv_tokens must be positive, got {self.max_kv_tokens}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"context_length must be at least 2, got {self.context_length}")
+
+    def context_limit(self, max_position_embeddings: int) -> int:
+        """The longest sequence (prompt and reply) served: the model's context length, or the
+        shorter `context_length` asked for (vLLM's --max-model-len, SGLang's --context-length),
+        which also shrinks the page table; ValueError for a longer one."""
+        if self.context_length is None:
+            return max_position_embeddings
+        if self.context_length > max_position_embeddings:
+            raise ValueError(f"context_length {self.context_length} is longer than the model's "
+                             f"{max_position_embeddings} (max_position_embeddings)")
+        return self.context_length
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attn", default="auto", help="attention backend: auto | torch | triton | flashinfer | PREFILL,DECODE")
     p.add_argument("--memory-ratio", type=float, default=0.9)
     p.add_argument("--max-kv-tokens", type=int, default=None)
+    p.add_argument("--context-length", "--max-model-len", dest="context_length", type=int, default=None,
+                   help="longest prompt + reply served (default: the model's context length; "
+                        "shorter also shrinks the page table)")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],

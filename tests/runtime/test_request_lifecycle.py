@@ -106,3 +106,24 @@ def test_llm_takes_overlap_and_gives_the_same_tokens(tiny_ckpts, llm) -> None:
     assert off.scheduler.overlap is False and llm.scheduler.overlap is True
     assert ([r.token_ids for r in off.generate(prompts, sp)]
             == [r.token_ids for r in llm.generate(prompts, sp)])
+
+
+def test_context_length_caps_what_is_admitted_and_the_page_table(tiny_ckpts) -> None:
+    """`context_length` (the CLI's --context-length / --max-model-len) below the model's 1,024:
+    a request past it is refused in the same words, one within it runs to its length."""
+    with pytest.raises(ValueError, match="context_length must be at least 2, got 1"):
+        LLM(str(tiny_ckpts["llama"]), device="cpu", context_length=1)
+    with pytest.raises(ValueError, match=r"context_length 4096 is longer than the model's 1024"):
+        LLM(str(tiny_ckpts["llama"]), device="cpu", context_length=4096)
+    llm = LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu", context_length=48,
+              page_size=16, max_kv_tokens=2048)
+    s = llm.scheduler
+    assert s.max_seq_len == 48 and s.engine.table.page_table.shape[1] == 48
+    with pytest.raises(ValueError, match=r"maximum context length is 48 tokens, but the request needs 50"):
+        llm.generate([[5] * 40], SamplingParams(max_tokens=10))
+    (out,) = llm.generate([[5] * 40], SamplingParams(max_tokens=8, ignore_eos=True))
+    assert len(out.token_ids) == 8
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    assert configs_from_args(p.parse_args(["--max-model-len", "48"]))[0].context_length == 48
+    assert configs_from_args(p.parse_args(["--context-length", "48"]))[0].context_length == 48

@@ -62,6 +62,12 @@ def test_chat_template_that_is_no_file_or_template_fails_in_one_line(tiny_model)
     _assert_one_line_usage_error(r, "--chat-template", "does not parse")
 
 
+def test_context_length_past_the_models_fails_in_one_line(tiny_model) -> None:
+    r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--port", str(free_port()),
+                    "--context-length", "5000")
+    _assert_one_line_usage_error(r, "--context-length 5000 is longer than the model's 1024")
+
+
 def test_directory_without_config_is_not_a_model(tmp_path) -> None:
     r = _radixserve("generate", "hi", "--model", str(tmp_path), "--device", "cpu")
     _assert_one_line_usage_error(r, "config.json")

@@ -77,7 +77,8 @@ def _model_shape(model: str | None) -> object:
 
         return SimpleNamespace(num_attention_heads=value("attention.head_count"),
                                num_key_value_heads=value("attention.head_count_kv"),
-                               intermediate_size=value("feed_forward_length"))
+                               intermediate_size=value("feed_forward_length"),
+                               max_position_embeddings=value("context_length"))
     from transformers import AutoConfig
 
     from radixserve.models.default_model import resolve_model_path
@@ -89,7 +90,8 @@ def _model_shape(model: str | None) -> object:
 
 
 def check_model_config(eng: EngineConfig) -> None:
-    """The architecture is one this engine runs, and `--tp` divides the model's heads."""
+    """The architecture is one this engine runs, `--tp` divides the model's heads, and
+    `--context-length` is within the model's."""
     from radixserve.models.registry import get_model_class
     from radixserve.scheduler.tp_launch import validate_tp
 
@@ -101,6 +103,11 @@ def check_model_config(eng: EngineConfig) -> None:
             validate_tp(eng.tp, shape)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if hasattr(shape, "max_position_embeddings"):
+        try:
+            eng.context_limit(int(shape.max_position_embeddings))
+        except ValueError as e:
+            raise UsageError(as_flag(str(e))) from None
 
 
 def check_device(eng: EngineConfig) -> None:

@@ -54,11 +54,12 @@ class Engine:
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
         self.model_path: Path = resolve_model_path(cfg.model)
-        self.dtype = resolve_dtype(cfg.dtype, AutoConfig.from_pretrained(self.model_path), self.device)
+        shape = AutoConfig.from_pretrained(self.model_path)
+        self.dtype = resolve_dtype(cfg.dtype, shape, self.device)
+        self.max_seq_len = cfg.context_limit(int(shape.max_position_embeddings))  # before any load
         self.model, self.hf_config = load_model(
             self.model_path, self.dtype, self.device, load_format=cfg.load_format
         )
-        self.max_seq_len = int(self.hf_config.max_position_embeddings)
         logger.info("load: %s weights on %s (%s) in %.1fs", self.model_path.name, self.device, self.dtype,
                     time.perf_counter() - t0)
         t1 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""`--chat-template`: the server's chat prompts go through the given template, not the
-checkpoint's, in the tokenizer processes that build them."""
+"""Server flags that change what a request sees, on one server: `--chat-template` (chat prompts
+go through the given template, not the checkpoint's, in the tokenizer processes that build
+them) and `--max-model-len` (the context served, below the model's 1,024)."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,7 @@ PLAIN = ("{%- for m in messages %}{{ m.role | upper }}: {{ m.content }} | {% end
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
 
 
-def test_chat_prompts_use_the_given_template(tiny_model, tiny_tokenizer, tmp_path) -> None:
+def test_chat_template_and_context_length(tiny_model, tiny_tokenizer, tmp_path) -> None:
     path = tmp_path / "plain.jinja"
     path.write_text(PLAIN)
     want_tok = copy.deepcopy(tiny_tokenizer)
@@ -25,7 +26,7 @@ def test_chat_prompts_use_the_given_template(tiny_model, tiny_tokenizer, tmp_pat
     assert want != tiny_tokenizer.apply_chat_template(MSGS, add_generation_prompt=True)
 
     srv = ServerProcess(tiny_model, tmp_path / "server.log", "--chat-template", str(path),
-                        "--max-kv-tokens", "4096")
+                        "--max-model-len", "100", "--max-kv-tokens", "4096")
     try:
         srv.wait_ready()
         r = httpx.post(f"{srv.base}/tokenize", json={"messages": MSGS}, timeout=60)
@@ -35,5 +36,13 @@ def test_chat_prompts_use_the_given_template(tiny_model, tiny_tokenizer, tmp_pat
                        json={"messages": MSGS, "max_tokens": 2, "ignore_eos": True})
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["prompt_tokens"] == len(want)
+
+        models = httpx.get(f"{srv.base}/v1/models", timeout=10).json()
+        assert models["data"][0]["max_model_len"] == 100
+        r = httpx.post(f"{srv.base}/v1/completions", timeout=60,
+                       json={"prompt": [5] * 90, "max_tokens": 20})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == "context_length_exceeded" and "maximum context length is 100" in err["message"]
     finally:
         assert srv.stop() == 0
