@@ -96,6 +96,7 @@ class ServerConfig:
     tool_call_parser: str = "auto"  # tool_choice auto: auto (from the chat template) | hermes | llama3 | none
     reasoning_parser: str | None = None  # qwen3 | deepseek_r1: thinking as `reasoning_content`
     chat_template: str | None = None  # a template's text, in place of the checkpoint's
+    sampling_defaults: str = "model"  # model: generation_config.json's for unset fields | openai
 
 
 def add_chat_template_arg(p: argparse.ArgumentParser) -> None:

@@ -32,6 +32,9 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help="return a reasoning model's <think> block as the message's reasoning_content, "
                         "apart from content (qwen3: the model opens it; deepseek_r1: the prompt does)")
     add_chat_template_arg(p)
+    p.add_argument("--sampling-defaults", default="model", choices=["model", "openai"],
+                   help="sampling fields a request leaves out: the model's generation_config.json "
+                        "values (model, as vLLM and SGLang) or OpenAI's defaults (openai)")
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -48,7 +51,8 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
                         default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key,
-                        tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser)
+                        tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
+                        sampling_defaults=args.sampling_defaults)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,3 +24,20 @@ def eos_token_ids(model_dir: str | Path) -> set[int]:
     if (model_dir / "generation_config.json").exists():
         ids |= _as_set(GenerationConfig.from_pretrained(model_dir).eos_token_id)
     return ids
+
+
+# the sampling fields a model's generation config may recommend (vLLM and SGLang apply the same)
+SAMPLING_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_defaults(model_dir: str | Path) -> dict[str, float | int]:
+    """The sampling values the model's generation_config.json sets away from transformers'
+    defaults (Qwen3's temperature 0.6, top_p 0.95, top_k 20): the server's defaults for requests
+    that leave those fields out. Empty without the file."""
+    from transformers import GenerationConfig
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "generation_config.json").exists():
+        return {}
+    diff = GenerationConfig.from_pretrained(model_dir).to_diff_dict()
+    return {k: diff[k] for k in SAMPLING_DEFAULT_FIELDS if diff.get(k) is not None}

@@ -21,6 +21,7 @@ from radixserve import settings
 from radixserve.config import ServerConfig
 from radixserve.messages import IpcAddresses
 from radixserve.models.default_model import resolve_model_path
+from radixserve.models.generation import sampling_defaults
 from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_process
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
@@ -148,7 +149,13 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
         state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
                             cfg.default_max_tokens, cfg.metrics_without_key,
                             tool_parser=None if parser == "none" else parser,
-                            reasoning_parser=cfg.reasoning_parser)
+                            reasoning_parser=cfg.reasoning_parser,
+                            sampling_defaults=(sampling_defaults(model_path)
+                                               if cfg.sampling_defaults == "model" else {}))
+        if state.sampling_defaults:
+            logger.info("sampling defaults from the model's generation_config.json for requests "
+                        "that leave them out: %s (--sampling-defaults openai ignores them)",
+                        ", ".join(f"{k}={v}" for k, v in state.sampling_defaults.items()))
         logger.info("tool calls of tool_choice auto: %s", f"parsed as {parser}" if state.tool_parser
                     else "not parsed (no tool-call format in the chat template)")
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
@@ -30,23 +31,31 @@ from radixserve.server.tools import ToolPlan, plan_tools
 router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
 
 
+def unset_defaults(req: BaseModel, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The server's sampling defaults (the model's generation config) for the fields `req` left
+    out; a field the request gives, even at OpenAI's default value, keeps the request's."""
+    return {k: v for k, v in defaults.items() if k not in req.model_fields_set}
+
+
 def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
-                 names: dict[str, str] | None = None, grammar: Constraint | None = None) -> SamplingParams:
+                 names: dict[str, str] | None = None, grammar: Constraint | None = None,
+                 defaults: dict[str, Any] | None = None) -> SamplingParams:
     """`names`: the request's name of an engine field, for the error's `param`; `grammar`: the
-    constraint on the output."""
+    constraint on the output; `defaults`: sampling values for the fields the request leaves out."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    fields: dict[str, Any] = dict(
+        max_tokens=max_tokens,
+        temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+        seed=req.seed, ignore_eos=req.ignore_eos, stop=stop,
+        stop_token_ids=list(req.stop_token_ids or []),
+        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty, logprobs=logprobs,
+        logit_bias=dict(req.logit_bias or {}), min_tokens=req.min_tokens, priority=req.priority,
+        skip_special_tokens=req.skip_special_tokens, truncate_prompt_tokens=req.truncate_prompt_tokens,
+        **({grammar.kind: grammar.value} if grammar is not None else {}),
+    )
     try:
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-            seed=req.seed, ignore_eos=req.ignore_eos, stop=stop,
-            stop_token_ids=list(req.stop_token_ids or []),
-            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-            repetition_penalty=req.repetition_penalty, logprobs=logprobs,
-            logit_bias=dict(req.logit_bias or {}), min_tokens=req.min_tokens, priority=req.priority,
-            skip_special_tokens=req.skip_special_tokens, truncate_prompt_tokens=req.truncate_prompt_tokens,
-            **({grammar.kind: grammar.value} if grammar is not None else {}),
-        )
+        return SamplingParams(**fields | unset_defaults(req, defaults or {}))
     except ValueError as e:
         raise bad_value(e, names) from None
 
@@ -281,7 +290,8 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}
     params = build_params(req, state.default_max_tokens if limit is None else limit,
-                          (req.top_logprobs or 0) if req.logprobs else None, names, grammar)
+                          (req.top_logprobs or 0) if req.logprobs else None, names, grammar,
+                          state.sampling_defaults)
     options = template_options(req.messages, req.add_generation_prompt, req.continue_final_message,
                                req.chat_template_kwargs)
     prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json, **options)]
@@ -293,7 +303,8 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
-    params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names, grammar)
+    params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
+                          grammar, state.sampling_defaults)
     prompts = prompt_list(req.prompt)
     reject_empty(prompts)
     if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue

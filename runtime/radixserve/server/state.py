@@ -30,6 +30,7 @@ class ServerState:
     metrics_open: bool = False  # /metrics without the key
     tool_parser: str | None = None  # the model's tool-call format (`tool_parsers.AUTO_PARSERS`)
     reasoning_parser: str | None = None  # `--reasoning-parser` (reasoning.py), None: no split
+    sampling_defaults: dict[str, float | int] = field(default_factory=dict)  # for unset fields
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor
     shutting_down: bool = False
