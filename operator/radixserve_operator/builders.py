@@ -109,6 +109,8 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
         ("--dtype", rt.dtype),
         ("--kv-cache-dtype", rt.kv_cache_dtype),
         ("--page-size", rt.page_size),
+        ("--context-length", rt.context_length),
+        ("--sampling-defaults", rt.sampling_defaults),
         ("--max-running-requests", rt.max_running_requests),
         ("--max-prefill-length", rt.max_prefill_length),
         ("--memory-ratio", rt.memory_ratio),

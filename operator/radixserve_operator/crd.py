@@ -255,6 +255,16 @@ def _runtime() -> dict[str, Any]:
                 "tokens (GPUs of compute capability 8.9 or newer). auto: the model dtype.",
             ),
             "pageSize": _int(enum=PAGE_SIZES),
+            "contextLength": _int(
+                2,
+                description="Longest prompt + reply served (--context-length), at most the "
+                "model's; shorter also shrinks each replica's page table.",
+            ),
+            "samplingDefaults": _str(
+                enum=["model", "openai"],
+                description="Sampling fields a request leaves out: the model's "
+                "generation_config.json values (model, the runtime's default) or OpenAI's.",
+            ),
             "maxRunningRequests": _int(1),
             "maxPrefillLength": _int(1),
             "memoryRatio": {

@@ -112,6 +112,8 @@ class RuntimeSpec:
     pre_stop_seconds: int = 0
     startup_timeout: int = 1800  # seconds from the container's start until it serves
     kv_cache_dtype: str | None = None
+    context_length: int | None = None
+    sampling_defaults: str | None = None
 
 
 @dataclass(frozen=True)
@@ -393,6 +395,8 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         pre_stop_seconds=int(rt["preStopSeconds"]),
         startup_timeout=int(rt["startupTimeoutSeconds"]),
         kv_cache_dtype=rt.get("kvCacheDtype"),
+        context_length=rt.get("contextLength"),
+        sampling_defaults=rt.get("samplingDefaults"),
     )
 
 
