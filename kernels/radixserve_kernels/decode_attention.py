@@ -91,6 +91,7 @@ def decode_attention(
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
     block_d = max(16, next_pow2(d))
     block_n, stages = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
+    pdl = pdl_args(q)  # the split and the merge kernel launch alike
     decode_split_kernel[(bs, n_kh, num_splits)](
         q, k_cache, v_cache, page_table, req_rows, seq_lens, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
@@ -99,7 +100,7 @@ def decode_attention(
         out.stride(0), out.stride(1), scale * k_scale, v_scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype),
-        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), num_warps=4, num_stages=stages, **pdl_args(q),
+        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), num_warps=4, num_stages=stages, **pdl,
     )
     if num_splits == 1:
         return out
@@ -108,6 +109,6 @@ def decode_attention(
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1),
         HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d,
-        num_warps=4, **pdl_args(q),
+        num_warps=4, **pdl,
     )
     return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from radixserve.messages import TokenizeMsg
 from radixserve.sampling_params import SamplingParams
 from radixserve.testing import build_tokenizer
@@ -53,8 +55,6 @@ PLAIN = "{%- for m in messages %}{{ m.role | upper }}: {{ m.content }}\n{%- endf
 
 
 def test_read_chat_template_takes_a_file_or_the_template(tmp_path) -> None:
-    import pytest
-
     from radixserve.tokenizer.load import read_chat_template
 
     path = tmp_path / "plain.jinja"
@@ -71,8 +71,6 @@ def test_read_chat_template_takes_a_file_or_the_template(tmp_path) -> None:
 
 
 def test_llm_chat_template_replaces_the_checkpoints(tiny_ckpts, tmp_path) -> None:
-    import pytest
-
     from radixserve import LLM
 
     path = tmp_path / "plain.jinja"

@@ -56,7 +56,7 @@ def test_chat_template_and_context_length(tiny_model, tiny_tokenizer, tmp_path) 
         err = r.json()["error"]
         assert err["code"] == "context_length_exceeded" and "maximum context length is 100" in err["message"]
 
-        def complete(**fields) -> list[int]:
+        def complete(**fields) -> list[str]:
             body = {"prompt": "a b c", "max_tokens": 16, "ignore_eos": True, "logprobs": 0, **fields}
             r = httpx.post(f"{srv.base}/v1/completions", timeout=60, json=body)
             assert r.status_code == 200, r.text

@@ -125,16 +125,13 @@ def _auto(device_type: str, cfg: AttnConfig | None = None,
     would need an nvcc that is not there (a runtime image without flashinfer-jit-cache), rather
     than fail at warm-up."""
     found = available_backends(device_type)
+    kv_dtype = cfg.kv_dtype if cfg is not None else kv_dtype
+    why = None
     if "flashinfer" in found:
-        kv_dtype = cfg.kv_dtype if cfg is not None else kv_dtype
-        if kv_dtype is not None and is_fp8(kv_dtype) and "triton" in found:
-            why = "over an FP8 KV cache Triton's prefill is the faster"
-        else:
-            why = flashinfer_blocker(cfg)
-        if why:
-            found.remove("flashinfer")
-    else:
-        why = None
+        fp8_on_triton = kv_dtype is not None and is_fp8(kv_dtype) and "triton" in found
+        why = "over an FP8 KV cache Triton's prefill is the faster" if fp8_on_triton else flashinfer_blocker(cfg)
+    if why:
+        found.remove("flashinfer")
     return found[0], "triton" if "triton" in found else found[0], why
 
 

@@ -47,12 +47,12 @@ def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.shutdown_timeout < 0:
         raise UsageError(f"--shutdown-timeout must be non-negative, got {args.shutdown_timeout}")
     engine, sched = check_engine(args)
-    return ServerConfig(chat_template=chat_template_from_args(args),engine=engine, scheduler=sched, host=args.host, port=args.port,
+    return ServerConfig(engine=engine, scheduler=sched, host=args.host, port=args.port,
                         served_model_name=args.served_model_name, num_tokenizer=args.num_tokenizer,
                         api_key=args.api_key or None, shutdown_timeout=args.shutdown_timeout,
                         default_max_tokens=args.default_max_tokens, metrics_without_key=args.metrics_without_key,
                         tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
-                        sampling_defaults=args.sampling_defaults)
+                        chat_template=chat_template_from_args(args), sampling_defaults=args.sampling_defaults)
 
 
 def run(args: argparse.Namespace) -> int:
