@@ -40,4 +40,7 @@ def sampling_defaults(model_dir: str | Path) -> dict[str, float | int]:
     if not (model_dir / "generation_config.json").exists():
         return {}
     diff = GenerationConfig.from_pretrained(model_dir).to_diff_dict()
-    return {k: diff[k] for k in SAMPLING_DEFAULT_FIELDS if diff.get(k) is not None}
+    out = {k: diff[k] for k in SAMPLING_DEFAULT_FIELDS if diff.get(k) is not None}
+    if out.get("top_k") == 0:  # transformers' "no top-k filter" is our -1 (0 is refused)
+        out["top_k"] = -1
+    return out
