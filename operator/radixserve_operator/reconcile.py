@@ -1,7 +1,9 @@
 """What the handlers do, over a `ClusterClient`: apply the desired objects for a resource, and
 recompute its status from what exists. Level-based: both may run any number of times, from any
 thread; status writes for one resource are serialised here and carry the resourceVersion they
-were computed from, so a stale verdict can never land last."""
+were computed from, so a stale verdict can never land last. A reconcile holds the resource's lock
+from its first write to its last, so no refresh (a pod or Deployment event, on another thread)
+reports a generation Ready before that generation's own conditions are written."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ class RetryLater(RuntimeError):
     """A transient failure (hub unreachable); the handler raises kopf.TemporaryError."""
 
 
-_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks: dict[tuple[str, str], threading.RLock] = {}
 _locks_guard = threading.Lock()
 _gpu_nodes: dict[str, tuple[float, int | None]] = {}
 # (kind, namespace, name) -> the generation of the workload (Deployment or StatefulSet) we wrote
@@ -68,9 +70,10 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 SHAREABLE_MODES = ("ReadWriteMany", "ReadOnlyMany")
 
 
-def _lock(namespace: str, name: str) -> threading.Lock:
+def _lock(namespace: str, name: str) -> threading.RLock:
+    """Reentrant: a reconcile holds it while the status writers it calls take it again."""
     with _locks_guard:
-        return _locks.setdefault((namespace, name), threading.Lock())
+        return _locks.setdefault((namespace, name), threading.RLock())
 
 
 def _count_gpu_nodes(client: ClusterClient, resource_name: str) -> int | None:
@@ -153,6 +156,20 @@ def reconcile(
     except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
         _mark_blocked(client, body, str(e))
         return None
+    with _lock(spec.namespace, spec.name):
+        return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+
+
+def _apply_plan(
+    client: ClusterClient,
+    body: dict[str, Any],
+    spec: ServiceSpec,
+    tp: int,
+    objects: list[dict[str, Any]],
+    unchecked: str | None,
+    announce: tuple[str, str] | None,
+) -> int | None:
+    """The writes of one reconcile, under the resource's lock (see the module's docstring)."""
     scaler_problem = None
     try:
         for obj in objects:
@@ -173,12 +190,11 @@ def reconcile(
     _delete_unwanted(client, body, objects)
     _set_autoscaling_condition(client, body, spec, scaler_problem)
     _set_cache_condition(client, body, spec)
-    with _lock(spec.namespace, spec.name):
-        client.patch_status(
-            spec.namespace,
-            spec.name,
-            {"tensorParallelSize": tp, "gpusPerReplica": gpus_per_replica(spec, tp)},
-        )
+    client.patch_status(
+        spec.namespace,
+        spec.name,
+        {"tensorParallelSize": tp, "gpusPerReplica": gpus_per_replica(spec, tp)},
+    )
     if announce:
         reason, prefix = announce
         gpus = f"{tp} x {spec.gpu.resource_name}" if spec.gpu.enabled else "CPU"
@@ -313,8 +329,7 @@ def _put_condition(
     """Write condition `type_` (None: remove it) when it changed; returns the one it replaced.
     `lastTransitionTime` moves only when the status flips."""
     meta = body["metadata"]
-    if new is None and get_condition(body.get("status"), type_) is None:
-        return None  # the common case: nothing to read or write
+    # The live status, not the handler's body: a body may predate the condition's last write.
     with _lock(meta["namespace"], meta["name"]):
         current = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
         conditions = list((current.get("status") or {}).get("conditions") or ())

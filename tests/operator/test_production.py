@@ -5,6 +5,7 @@ passes the real Kubernetes schema (kubernetes-validate, strict) except KEDA's, a
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -313,6 +314,55 @@ def test_optional_children_come_and_go_with_the_spec(cluster, memo, make_body) -
     ]
     assert _cond(cluster.resource(), "Autoscaling") is None
     assert ("Deployment", "serving", "llm") in cluster.objects
+
+
+def test_no_generation_is_ready_before_its_autoscaling_condition_is_written(
+    cluster, memo, make_body
+) -> None:
+    """The cluster tier's race, played deterministically: the Deployment controller finishes the
+    scale-down (an event, on another thread) while the update's reconcile is between deleting the
+    PDB and removing the Autoscaling condition. No status may say generation 2 is Ready while it
+    still carries generation 1's Autoscaling condition."""
+    spec = {"replicas": 2, "autoscaling": {"minReplicas": 2, "maxReplicas": 4}}
+    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    snapshots: list[dict[str, Any]] = []
+    patch_status, delete = cluster.patch_status, cluster.delete
+
+    def recording_patch(*args: Any, **kwargs: Any) -> None:
+        patch_status(*args, **kwargs)
+        snapshots.append(cluster.resource())
+
+    def event() -> None:
+        cluster.set_rollout(observed=True, updated=1, ready=1, total=1)
+        handlers.on_deployment_event(body=cluster.deployment(), memo=memo, type="MODIFIED", logger=None)
+
+    threads: list[threading.Thread] = []
+
+    def delete_then_rollout_done(api_version: str, kind: str, *args: Any, **kwargs: Any) -> None:
+        delete(api_version, kind, *args, **kwargs)
+        if kind == "PodDisruptionBudget":
+            threads.append(threading.Thread(target=event))
+            threads[-1].start()
+            threads[-1].join(0.5)  # unlocked, the event's refresh lands here, mid-reconcile
+
+    cluster.patch_status, cluster.delete = recording_patch, delete_then_rollout_done
+
+    def drop(s: dict[str, Any]) -> None:
+        del s["autoscaling"]
+        s["replicas"] = 1
+
+    cluster.edit_spec(drop)
+    handlers.on_update(body=cluster.resource(), memo=memo, logger=None, diff=())
+    (thread,) = threads
+    thread.join(10)
+    assert not thread.is_alive()
+    ready_for_2 = [
+        r for r in snapshots
+        if (_cond(r, "Ready") or {}).get("status") == "True"
+        and _cond(r, "Ready")["observedGeneration"] == 2
+    ]  # fmt: skip
+    assert ready_for_2, "the scale-down never made generation 2 Ready"
+    assert all(_cond(r, "Autoscaling") is None for r in ready_for_2)
 
 
 def test_an_hpa_that_is_not_ours_is_left_alone(cluster, memo, make_body) -> None:
