@@ -43,18 +43,16 @@ def decode_num_splits(bs: int, num_kv_heads: int, num_sms: int) -> int:
 
 
 def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -> tuple[int, int]:
-    """(keys per block, pipeline stages), from sweeps on the H200 at the offline benchmark's
-    mixes of lengths (`elem_bytes` q's, `kv_bytes` the cache's). bf16: at more than 64 requests
-    128-key blocks are best (7% faster than 64 at batch 244); at 64 or fewer, 64-key blocks three
-    stages deep (up to 12% faster at batch 64). An FP8 cache: 128-key blocks four stages deep at
-    every batch (with float16 dots: 241 µs instead of bf16's shape's 288 at batch 256, 90 instead
-    of 123 at 64). Like the split count it depends only on the batch size's next power of two."""
+    """(keys per block, pipeline stages), from sweeps of the split kernel on the H200 at the
+    offline benchmark's mixes of lengths (`elem_bytes` q's, `kv_bytes` the cache's), batches 256,
+    64 and 1. An FP8 cache: 64-key blocks three stages deep past 64 requests (217 µs at batch
+    256; 128-key: 225), 128-key three deep at 64 or fewer (77 µs at 64). 16-bit: 128-key blocks
+    two deep at every batch (299 µs at 256, 80 at 64, 4.2 at one request). Like the split count
+    it depends only on the batch size's next power of two."""
     if block_d > 128:
         return 32, 2
     if kv_bytes == 1 and elem_bytes == 2:
-        return 128, 4
-    if elem_bytes == 2 and next_pow2(bs) <= 64:
-        return 64, 3
+        return (64, 3) if next_pow2(bs) > 64 else (128, 3)
     return 128, 2
 
 
@@ -89,7 +87,7 @@ def decode_attention(
     # with one split the kernel writes `out` itself and these stay unused
     mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
-    block_d = max(16, next_pow2(d))
+    block_d = max(32, next_pow2(d))  # the split kernel dots head_dim in halves of >= 16
     block_n, stages = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
     pdl = pdl_args(q)  # the split and the merge kernel launch alike
     decode_split_kernel[(bs, n_kh, num_splits)](

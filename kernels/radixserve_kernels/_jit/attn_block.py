@@ -5,6 +5,16 @@ import triton.language as tl
 
 
 @triton.jit
+def softmax_step(s, m_i, l_i):
+    """Fold a block's scores `s` [rows, keys] into the running max `m_i` and sum `l_i`: returns
+    (new max, the factor that rescales the old output, the block's probabilities, new sum)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def attend_block(
     q, m_i, l_i, acc, k_ptr, v_ptr, table_ptr, row, table_s0, k_s0, k_s1, v_s0, v_s1, kvh,
     offs, nm, keep, d, dm, scale, PRECISION: tl.constexpr,
@@ -23,10 +33,7 @@ def attend_block(
     k = k.to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    m_new, alpha, p, l_i = softmax_step(s, m_i, l_i)
     v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
     v = v.to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=PRECISION)

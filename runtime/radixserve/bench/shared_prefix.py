@@ -45,6 +45,6 @@ def run_shared_prefix(
         print(f"{'radixserve cache ' + cache:<28} {tps:>10.1f} output tok/s   prefill tokens "
               f"computed {stats['prefill_tokens']:>8}   [{desc}]", flush=True)
     radix, naive = runs
-    print(f"{'ratio radix/naive':<28} {radix.tok_s / naive.tok_s:>10.2f}x throughput, "
+    print(f"{'ratio radix/naive':<28} {radix.tok_s / naive.tok_s:>10.3f}x throughput, "
           f"{radix.prefill_tokens / max(naive.prefill_tokens, 1):.4f}x prefill tokens", flush=True)
     return runs

@@ -293,16 +293,16 @@ def run_offline(args: argparse.Namespace) -> int:
         kv = args.compare_kv_dtype
         tps = run(f"radixserve kv-cache {kv}", e=dataclasses.replace(eng, kv_cache_dtype=kv),
                   json_schema=main_schema)
-        print(f"{'ratio --kv-cache-dtype':<28} {ours / tps:>10.2f}x ({eng.kv_cache_dtype} / {kv})",
+        print(f"{'ratio --kv-cache-dtype':<28} {ours / tps:>10.3f}x ({eng.kv_cache_dtype} / {kv})",
               flush=True)
     if args.compare_constrained:
         tps = run("radixserve json-schema", json_schema=schema)
-        print(f"{'ratio json-schema/plain':<28} {tps / ours:>10.2f}x", flush=True)
+        print(f"{'ratio json-schema/plain':<28} {tps / ours:>10.3f}x", flush=True)
     if args.compare_mixed_chunk:
         mixed = not sch.mixed_chunk
         tps = run(f"radixserve mixed chunk {'on' if mixed else 'off'}",
                   s=dataclasses.replace(sch, mixed_chunk=mixed), json_schema=main_schema)
-        print(f"{'ratio mixed on/off':<28} {(tps / ours if mixed else ours / tps):>10.2f}x", flush=True)
+        print(f"{'ratio mixed on/off':<28} {(tps / ours if mixed else ours / tps):>10.3f}x", flush=True)
     if args.ablate:
         for label, kw in [
             ("  overlap off", {"s": dataclasses.replace(sch, overlap=False)}),
@@ -322,7 +322,7 @@ def run_offline(args: argparse.Namespace) -> int:
         secs, toks = run_transformers(model, reqs, args.baseline_batch_size, pad)
         hf = toks / secs
         print(f"{'transformers generate':<28} {hf:>10.1f} output tok/s (batch {args.baseline_batch_size})")
-        print(f"{'ratio radixserve/transformers':<28} {ours / hf:>10.2f}x")
+        print(f"{'ratio radixserve/transformers':<28} {ours / hf:>10.3f}x")
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
