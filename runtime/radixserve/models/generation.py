@@ -14,16 +14,24 @@ def _as_set(value: Any) -> set[int]:
     return {int(v) for v in value}
 
 
+def _generation_config(model_dir: Path) -> Any:
+    """The checkpoint's GenerationConfig, or None without generation_config.json."""
+    from transformers import GenerationConfig
+
+    if not (model_dir / "generation_config.json").exists():
+        return None
+    return GenerationConfig.from_pretrained(model_dir)
+
+
 def eos_token_ids(model_dir: str | Path) -> set[int]:
     """Every EOS id the model declares (Llama-3 Instruct, for one, lists several in its
     generation config only)."""
-    from transformers import AutoConfig, GenerationConfig
+    from transformers import AutoConfig
 
     model_dir = Path(model_dir)
     ids = _as_set(getattr(AutoConfig.from_pretrained(model_dir), "eos_token_id", None))
-    if (model_dir / "generation_config.json").exists():
-        ids |= _as_set(GenerationConfig.from_pretrained(model_dir).eos_token_id)
-    return ids
+    gen = _generation_config(model_dir)
+    return ids | (_as_set(gen.eos_token_id) if gen is not None else set())
 
 
 # the sampling fields a model's generation config may recommend (vLLM and SGLang apply the same)
@@ -34,12 +42,10 @@ def sampling_defaults(model_dir: str | Path) -> dict[str, float | int]:
     """The sampling values the model's generation_config.json sets away from transformers'
     defaults (Qwen3's temperature 0.6, top_p 0.95, top_k 20): the server's defaults for requests
     that leave those fields out. Empty without the file."""
-    from transformers import GenerationConfig
-
-    model_dir = Path(model_dir)
-    if not (model_dir / "generation_config.json").exists():
+    gen = _generation_config(Path(model_dir))
+    if gen is None:
         return {}
-    diff = GenerationConfig.from_pretrained(model_dir).to_diff_dict()
+    diff = gen.to_diff_dict()
     out = {k: diff[k] for k in SAMPLING_DEFAULT_FIELDS if diff.get(k) is not None}
     if out.get("top_k") == 0:  # transformers' "no top-k filter" is our -1 (0 is refused)
         out["top_k"] = -1
