@@ -9,6 +9,8 @@ include the powers of two).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -42,18 +44,36 @@ def decode_num_splits(bs: int, num_kv_heads: int, num_sms: int) -> int:
     return min(16, 1 << max(target, 1).bit_length() - 1)
 
 
-def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -> tuple[int, int]:
-    """(keys per block, pipeline stages), from sweeps of the split kernel on the H200 at the
-    offline benchmark's mixes of lengths (`elem_bytes` q's, `kv_bytes` the cache's), batches 256,
-    64 and 1. An FP8 cache: 64-key blocks three stages deep past 64 requests (217 µs at batch
-    256; 128-key: 225), 128-key three deep at 64 or fewer (77 µs at 64). 16-bit: 128-key blocks
-    two deep at every batch (299 µs at 256, 80 at 64, 4.2 at one request). Like the split count
-    it depends only on the batch size's next power of two."""
+class DecodeShape(NamedTuple):
+    """A decode launch's shape: keys per block, pipeline stages, warps, and whether each warp
+    takes its own slice of every block (`decode_sliced_kernel`) or all share it (the split
+    kernel)."""
+    block_n: int
+    stages: int
+    warps: int
+    sliced: bool
+
+
+def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -> DecodeShape:
+    """The launch shape, from sweeps of both kernels on the H200 at the offline benchmark's mixes
+    of lengths (`elem_bytes` q's, `kv_bytes` the cache's). An FP8 cache under a 16-bit q at 16 or
+    more requests: the sliced kernel, 64-key blocks over 2 warps at 64 and at 256 requests (69
+    and 201 µs), 32 keys on 1 warp at 128 (112 µs) and at 16 (24 µs; 32 requests take 16's shape
+    untimed). Fewer requests, and 16-bit caches, keep the split kernel: FP8 128-key blocks three
+    deep, 16-bit 128-key two deep at every batch (299 µs at 256, 80 at 64, 4.2 at one request).
+    Like the split count it depends only on the batch size's next power of two."""
     if block_d > 128:
-        return 32, 2
+        return DecodeShape(32, 2, 4, False)
     if kv_bytes == 1 and elem_bytes == 2:
-        return (64, 3) if next_pow2(bs) > 64 else (128, 3)
-    return 128, 2
+        n = next_pow2(bs)
+        if n in (64, 256) or n > 256:
+            return DecodeShape(64, 3, 2, True)
+        if n == 128:
+            return DecodeShape(32, 3, 1, True)
+        if n >= 16:
+            return DecodeShape(32, 4, 1, True)
+        return DecodeShape(128, 3, 4, False)
+    return DecodeShape(128, 2, 4, False)
 
 
 def f16_dots(q_dtype: torch.dtype, kv_dtype: torch.dtype) -> bool:
@@ -66,12 +86,14 @@ def decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     num_splits: int | None = None, out: torch.Tensor | None = None,
-    k_scale: float = 1.0, v_scale: float = 1.0,
+    k_scale: float = 1.0, v_scale: float = 1.0, shape: DecodeShape | None = None,
 ) -> torch.Tensor:
     """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
     graph (device tensors updated in place between replays; the scales are constants).
-    seq_lens must be >= 1 for real requests; a 0-length row yields zeros."""
+    seq_lens must be >= 1 for real requests; a 0-length row yields zeros. `shape` overrides
+    `decode_block_config` (tests run both kernels at any size)."""
     from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
+    from radixserve_kernels._jit.decode_sliced import decode_sliced_kernel
 
     bs, n_qh, d = q.shape
     n_kh = k_cache.shape[1]
@@ -88,17 +110,22 @@ def decode_attention(
     mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
     block_d = max(32, next_pow2(d))  # the split kernel dots head_dim in halves of >= 16
-    block_n, stages = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
+    shape = shape or decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
+    if shape.sliced and shape.block_n // shape.warps < 16:
+        raise ValueError(f"{shape}: a slice needs >= 16 keys a block (the dot's minimum)")
+    kernel = decode_sliced_kernel if shape.sliced else decode_split_kernel
+    slices = {"SLICES": shape.warps} if shape.sliced else {}
     pdl = pdl_args(q)  # the split and the merge kernel launch alike
-    decode_split_kernel[(bs, n_kh, num_splits)](
+    kernel[(bs, n_kh, num_splits)](
         q, k_cache, v_cache, page_table, req_rows, seq_lens, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1), scale * k_scale, v_scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
-        BLOCK_D=block_d, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype),
-        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), num_warps=4, num_stages=stages, **pdl,
+        BLOCK_D=block_d, BLOCK_N=shape.block_n, PRECISION=dot_precision(q.dtype),
+        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), num_warps=shape.warps,
+        num_stages=shape.stages, **slices, **pdl,
     )
     if num_splits == 1:
         return out

@@ -1,6 +1,8 @@
 """Random paged-KV layouts shared by the kernel tests."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -253,8 +255,9 @@ def check_store_kv_fp8(dev: str, dtype: torch.dtype, tokens: int, heads: int, di
 
 def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple[int, int],
                  dim: int, page: int, splits: list[int | None],
-                 kv_dtype: torch.dtype | None = None) -> None:
-    """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`."""
+                 kv_dtype: torch.dtype | None = None, shape: Any = None) -> None:
+    """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`. `shape`: a
+    `DecodeShape` in place of the launcher's choice for the batch size."""
     from radixserve_kernels import decode_attention, decode_attention_ref
 
     gen = torch.Generator().manual_seed(sum(seq_lens) + page)
@@ -267,8 +270,8 @@ def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple
     args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32))]
     want = decode_attention_ref(*args, dim**-0.5, **scales)
     for s in splits:
-        close(decode_attention(*args, dim**-0.5, num_splits=s, **scales), want, dtype,
-              scale=scales.get("v_scale", 1.0))
+        close(decode_attention(*args, dim**-0.5, num_splits=s, shape=shape, **scales), want,
+              dtype, scale=scales.get("v_scale", 1.0))
 
 
 def check_extend(dev: str, dtype: torch.dtype, prefix_lens: list[int], extend_lens: list[int],

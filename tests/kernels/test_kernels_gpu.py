@@ -1,10 +1,12 @@
 """Every Triton kernel against its torch reference on CUDA at realistic shapes (GQA 16/8 and
-32/8, head_dim 64/128, page sizes 1/16/64, batches up to 64, sequences up to 2k)."""
+32/8, head_dim 64/128, page sizes 1/16/64, batches up to 256, sequences up to 2k)."""
 from __future__ import annotations
 
 import pytest
 import torch
 from tests.kernels import kernel_cases as kc
+
+from radixserve_kernels.decode_attention import DecodeShape
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16]
@@ -119,8 +121,13 @@ def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, heads: tuple[int
     gen = torch.Generator().manual_seed(page + 1)
     seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
     kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16], kv_dtype=FP8)
-    big = torch.randint(1, 2048, (100,), generator=gen).tolist()  # > 64 requests: 128-key blocks
-    kc.check_decode("cuda", dtype, big, heads, dim, page, splits=[None, 2], kv_dtype=FP8)
+    # under a bf16 q these batch sizes take the sliced kernel's three shapes (100: 128's)
+    for n in (16, 100, 256):
+        lens = torch.randint(1, 2048, (n,), generator=gen).tolist()
+        kc.check_decode("cuda", dtype, lens, heads, dim, page, splits=[None, 2], kv_dtype=FP8)
+    for shape in (DecodeShape(64, 3, 2, True), DecodeShape(128, 3, 4, False)):  # both kernels
+        kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16],
+                        kv_dtype=FP8, shape=shape)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

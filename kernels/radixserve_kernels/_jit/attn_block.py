@@ -5,13 +5,16 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_step(s, m_i, l_i):
-    """Fold a block's scores `s` [rows, keys] into the running max `m_i` and sum `l_i`: returns
-    (new max, the factor that rescales the old output, the block's probabilities, new sum)."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
-    return m_new, alpha, p, l_i * alpha + tl.sum(p, 1)
+def softmax_step(s, m_i, l_i, AXIS: tl.constexpr):
+    """Fold a block's scores `s` (keys along `AXIS`, the last axis) into the running max `m_i`
+    and sum `l_i`: returns (new max, the factor that rescales the old output, the block's
+    probabilities, new sum). A row with no key yet (max -inf) keeps zeros, not NaN: a slice of
+    the sliced decode kernel can see only masked keys."""
+    m_new = tl.maximum(m_i, tl.max(s, AXIS))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - tl.expand_dims(m_safe, AXIS))
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, AXIS)
 
 
 @triton.jit
@@ -33,7 +36,7 @@ def attend_block(
     k = k.to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     s = tl.where(keep, s, float("-inf"))
-    m_new, alpha, p, l_i = softmax_step(s, m_i, l_i)
+    m_new, alpha, p, l_i = softmax_step(s, m_i, l_i, 1)
     v = tl.load(v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :], mask=kv_mask, other=0.0)
     v = v.to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=PRECISION)

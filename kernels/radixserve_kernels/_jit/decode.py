@@ -69,13 +69,26 @@ def decode_split_kernel(
         k1 = tl.load(kp + HALF, mask=nm[:, None] & dm1[None, :], other=0.0).to(q0.dtype)
         s = tl.dot(q1, tl.trans(k1), s, input_precision=PRECISION) * scale
         s = tl.where(nm[None, :], s, float("-inf"))
-        m_i, alpha, p, l_i = softmax_step(s, m_i, l_i)
+        m_i, alpha, p, l_i = softmax_step(s, m_i, l_i, 1)
         p = p.to(q0.dtype)
         vp = v_ptr + slots[:, None] * v_s0 + kvh * v_s1 + d[None, :]
         v0 = tl.load(vp, mask=nm[:, None] & dm0[None, :], other=0.0).to(q0.dtype)
         acc0 = acc0 * alpha[:, None] + tl.dot(p, v0, input_precision=PRECISION)
         v1 = tl.load(vp + HALF, mask=nm[:, None] & dm1[None, :], other=0.0).to(q0.dtype)
         acc1 = acc1 * alpha[:, None] + tl.dot(p, v1, input_precision=PRECISION)
+    write_split(acc0, acc1, m_i, l_i, v_scale, b, split, heads, gm, d, dm0, dm1, out_ptr, o_s0,
+                o_s1, mid_o_ptr, mo_s0, mo_s1, mo_s2, mid_lse_ptr, ml_s0, ml_s1, NUM_SPLITS, HALF)
+
+
+@triton.jit
+def write_split(
+    acc0, acc1, m_i, l_i, v_scale, b, split, heads, gm, d, dm0, dm1, out_ptr, o_s0, o_s1,
+    mid_o_ptr, mo_s0, mo_s1, mo_s2, mid_lse_ptr, ml_s0, ml_s1,
+    NUM_SPLITS: tl.constexpr, HALF: tl.constexpr,
+):
+    """A split's end, shared by the split and sliced kernels: normalise the two head_dim halves
+    of the output (`acc0`, `acc1`, sum `l_i`, max `m_i`) and write them, to `out` when there is
+    one split, else with their log-sum-exp for the merge kernel."""
     has = l_i > 0
     inv = (v_scale / tl.where(has, l_i, 1.0))[:, None]
     m0, m1 = gm[:, None] & dm0[None, :], gm[:, None] & dm1[None, :]
@@ -83,12 +96,12 @@ def decode_split_kernel(
         op = out_ptr + b * o_s0 + heads[:, None] * o_s1 + d[None, :]
         tl.store(op, (acc0 * inv).to(out_ptr.dtype.element_ty), mask=m0)
         tl.store(op + HALF, (acc1 * inv).to(out_ptr.dtype.element_ty), mask=m1)
-        return
-    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
-    mp = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + d[None, :]
-    tl.store(mp, acc0 * inv, mask=m0)
-    tl.store(mp + HALF, acc1 * inv, mask=m1)
-    tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, lse, mask=gm)
+    else:
+        lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+        mp = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + d[None, :]
+        tl.store(mp, acc0 * inv, mask=m0)
+        tl.store(mp + HALF, acc1 * inv, mask=m1)
+        tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, lse, mask=gm)
 
 
 @triton.jit

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from radixserve_kernels._jit.attn_block import softmax_step
+from radixserve_kernels._jit.decode import write_split
+from radixserve_kernels._jit.pdl import pdl_enter
+
+
+@triton.jit
+def decode_sliced_kernel(
+    q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
+    q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
+    scale, v_scale,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    F16_DOTS: tl.constexpr, PDL: tl.constexpr, SLICES: tl.constexpr,
+):
+    """`decode_split_kernel`'s job and arguments, with each block of BLOCK_N keys cut into SLICES
+    slices (launched with one warp a slice): the dots are batched over the slices, so each warp
+    keeps its own online softmax and output over its slice and the loop never exchanges scores
+    between warps (the split kernel's warps share one block: 9 barriers an iteration, and the
+    probabilities cross shared memory). The slices merge once, at the end. On the H200 over an
+    FP8 cache (q bf16, group 2): batch 256 218 -> 201 µs, 64: 86 -> 69, 16: 28 -> 24; the
+    16-bit cache and one request stay faster on the split kernel."""
+    pdl_enter(PDL)
+    KEYS: tl.constexpr = BLOCK_N // SLICES  # a slice's keys per block
+    HALF: tl.constexpr = BLOCK_D // 2
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_ptr + b)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, HALF)
+    heads = kvh * GROUP + g
+    gm = g < GROUP
+    dm0 = d < HEAD_DIM
+    dm1 = d + HALF < HEAD_DIM
+    qp = q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :]
+    q0 = tl.load(qp, mask=gm[:, None] & dm0[None, :], other=0.0)
+    q1 = tl.load(qp + HALF, mask=gm[:, None] & dm1[None, :], other=0.0)
+    if F16_DOTS:
+        q0 = q0.to(tl.float16)
+        q1 = q1.to(tl.float16)
+    q0 = tl.broadcast_to(q0[None, :, :], (SLICES, BLOCK_G, HALF))
+    q1 = tl.broadcast_to(q1[None, :, :], (SLICES, BLOCK_G, HALF))
+    m_i = tl.full([SLICES, BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([SLICES, BLOCK_G], tl.float32)
+    acc0 = tl.zeros([SLICES, BLOCK_G, HALF], tl.float32)
+    acc1 = tl.zeros([SLICES, BLOCK_G, HALF], tl.float32)
+    table = table_ptr + row * table_s0
+    keys = tl.arange(0, SLICES)[:, None] * KEYS + tl.arange(0, KEYS)[None, :]  # [slice, key]
+    dk0 = dm0[None, None, :]
+    dk1 = dm1[None, None, :]
+    offs = start + keys
+    next_slots = tl.load(table + offs, mask=offs < end, other=0).to(tl.int64)
+    for n0 in range(start, end, BLOCK_N):
+        offs = n0 + keys
+        nm = offs < end
+        slots = next_slots  # loaded one block ahead, as in the split kernel
+        next_slots = tl.load(table + offs + BLOCK_N, mask=offs + BLOCK_N < end, other=0).to(tl.int64)
+        kp = k_ptr + slots[:, :, None] * k_s0 + kvh * k_s1 + d[None, None, :]
+        k0 = tl.load(kp, mask=nm[:, :, None] & dk0, other=0.0).to(q0.dtype)
+        s = tl.dot(q0, tl.trans(k0, (0, 2, 1)), input_precision=PRECISION)
+        k1 = tl.load(kp + HALF, mask=nm[:, :, None] & dk1, other=0.0).to(q0.dtype)
+        s = tl.dot(q1, tl.trans(k1, (0, 2, 1)), s, input_precision=PRECISION) * scale
+        s = tl.where(nm[:, None, :], s, float("-inf"))
+        m_i, alpha, p, l_i = softmax_step(s, m_i, l_i, 2)
+        p = p.to(q0.dtype)
+        vp = v_ptr + slots[:, :, None] * v_s0 + kvh * v_s1 + d[None, None, :]
+        v0 = tl.load(vp, mask=nm[:, :, None] & dk0, other=0.0).to(q0.dtype)
+        acc0 = acc0 * alpha[:, :, None] + tl.dot(p, v0, input_precision=PRECISION)
+        v1 = tl.load(vp + HALF, mask=nm[:, :, None] & dk1, other=0.0).to(q0.dtype)
+        acc1 = acc1 * alpha[:, :, None] + tl.dot(p, v1, input_precision=PRECISION)
+    # merge the slices (a slice that saw no key has m -inf, weight 0)
+    m = tl.max(m_i, 0)
+    w = tl.exp(m_i - tl.where(m == float("-inf"), 0.0, m)[None, :])
+    l_t = tl.sum(l_i * w, 0)
+    o0 = tl.sum(acc0 * w[:, :, None], 0)
+    o1 = tl.sum(acc1 * w[:, :, None], 0)
+    write_split(o0, o1, m, l_t, v_scale, b, split, heads, gm, d, dm0, dm1, out_ptr, o_s0, o_s1,
+                mid_o_ptr, mo_s0, mo_s1, mo_s2, mid_lse_ptr, ml_s0, ml_s1, NUM_SPLITS, HALF)
