@@ -30,27 +30,9 @@ def decode_split_kernel(
     (FP8, 128-key blocks: 255 -> 144 a thread). FP8 batch 256: 242 -> 217 µs."""
     pdl_enter(PDL)
     HALF: tl.constexpr = BLOCK_D // 2
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
-    seq_len = tl.load(seq_ptr + b)
-    row = tl.load(rows_ptr + b).to(tl.int64)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
-
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, HALF)
-    heads = kvh * GROUP + g
-    gm = g < GROUP
-    dm0 = d < HEAD_DIM
-    dm1 = d + HALF < HEAD_DIM
-    qp = q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :]
-    q0 = tl.load(qp, mask=gm[:, None] & dm0[None, :], other=0.0)
-    q1 = tl.load(qp + HALF, mask=gm[:, None] & dm1[None, :], other=0.0)
-    if F16_DOTS:
-        q0 = q0.to(tl.float16)
-        q1 = q1.to(tl.float16)
+    b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1 = split_start(
+        q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF, BLOCK_N,
+        F16_DOTS)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc0 = tl.zeros([BLOCK_G, HALF], tl.float32)
@@ -78,6 +60,39 @@ def decode_split_kernel(
         acc1 = acc1 * alpha[:, None] + tl.dot(p, v1, input_precision=PRECISION)
     write_split(acc0, acc1, m_i, l_i, v_scale, b, split, heads, gm, d, dm0, dm1, out_ptr, o_s0,
                 o_s1, mid_o_ptr, mo_s0, mo_s1, mo_s2, mid_lse_ptr, ml_s0, ml_s1, NUM_SPLITS, HALF)
+
+
+@triton.jit
+def split_start(
+    q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr,
+    F16_DOTS: tl.constexpr,
+):
+    """A split's start, shared by the split and sliced kernels: its request `b`, KV head, split
+    index, page-table row and key range [start, end), then its query heads (`heads`, in range
+    where `gm`), the head_dim offsets of a half (`d`, in range where `dm0`/`dm1`) and the two
+    halves of q, in float16 where F16_DOTS."""
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_ptr + b)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, HALF)
+    heads = kvh * GROUP + g
+    gm = g < GROUP
+    dm0 = d < HEAD_DIM
+    dm1 = d + HALF < HEAD_DIM
+    qp = q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :]
+    q0 = tl.load(qp, mask=gm[:, None] & dm0[None, :], other=0.0)
+    q1 = tl.load(qp + HALF, mask=gm[:, None] & dm1[None, :], other=0.0)
+    if F16_DOTS:
+        q0 = q0.to(tl.float16)
+        q1 = q1.to(tl.float16)
+    return b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1
 
 
 @triton.jit

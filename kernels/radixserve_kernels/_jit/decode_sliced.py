@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 
 from radixserve_kernels._jit.attn_block import softmax_step
-from radixserve_kernels._jit.decode import write_split
+from radixserve_kernels._jit.decode import split_start, write_split
 from radixserve_kernels._jit.pdl import pdl_enter
 
 
@@ -27,27 +27,9 @@ def decode_sliced_kernel(
     pdl_enter(PDL)
     KEYS: tl.constexpr = BLOCK_N // SLICES  # a slice's keys per block
     HALF: tl.constexpr = BLOCK_D // 2
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
-    seq_len = tl.load(seq_ptr + b)
-    row = tl.load(rows_ptr + b).to(tl.int64)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
-
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, HALF)
-    heads = kvh * GROUP + g
-    gm = g < GROUP
-    dm0 = d < HEAD_DIM
-    dm1 = d + HALF < HEAD_DIM
-    qp = q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :]
-    q0 = tl.load(qp, mask=gm[:, None] & dm0[None, :], other=0.0)
-    q1 = tl.load(qp + HALF, mask=gm[:, None] & dm1[None, :], other=0.0)
-    if F16_DOTS:
-        q0 = q0.to(tl.float16)
-        q1 = q1.to(tl.float16)
+    b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1 = split_start(
+        q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF, BLOCK_N,
+        F16_DOTS)
     q0 = tl.broadcast_to(q0[None, :, :], (SLICES, BLOCK_G, HALF))
     q1 = tl.broadcast_to(q1[None, :, :], (SLICES, BLOCK_G, HALF))
     m_i = tl.full([SLICES, BLOCK_G], float("-inf"), tl.float32)
