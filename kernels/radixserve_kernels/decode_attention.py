@@ -66,7 +66,7 @@ def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -
         return DecodeShape(32, 2, 4, False)
     if kv_bytes == 1 and elem_bytes == 2:
         n = next_pow2(bs)
-        if n in (64, 256) or n > 256:
+        if n == 64 or n >= 256:
             return DecodeShape(64, 3, 2, True)
         if n == 128:
             return DecodeShape(32, 3, 1, True)

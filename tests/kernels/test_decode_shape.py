@@ -1,0 +1,39 @@
+"""The decode launcher's choices (no kernel runs): they must depend only on the batch size's next
+power of two, so a CUDA-graph replay padded up to a captured size computes exactly what an eager
+run of the same requests does, and every sliced shape must give each slice a whole dot tile."""
+from __future__ import annotations
+
+import pytest
+
+from radixserve_kernels._utils import next_pow2
+from radixserve_kernels.decode_attention import decode_block_config, decode_num_splits
+
+CACHES = [(2, 2), (2, 1), (4, 4), (4, 1)]  # (q bytes, cache bytes): bf16/fp16, FP8, float32
+
+
+@pytest.mark.parametrize("block_d", [32, 64, 128, 256])
+@pytest.mark.parametrize("elem_bytes,kv_bytes", CACHES)
+def test_launch_depends_only_on_the_next_power_of_two(block_d: int, elem_bytes: int,
+                                                     kv_bytes: int) -> None:
+    for bs in range(1, 1100):
+        p = next_pow2(bs)
+        assert decode_block_config(bs, block_d, elem_bytes, kv_bytes) == decode_block_config(
+            p, block_d, elem_bytes, kv_bytes), bs
+        assert decode_num_splits(bs, 8, 132) == decode_num_splits(p, 8, 132), bs
+
+
+@pytest.mark.parametrize("block_d", [32, 64, 128, 256])
+@pytest.mark.parametrize("elem_bytes,kv_bytes", CACHES)
+def test_sliced_shapes_give_each_slice_a_whole_tile(block_d: int, elem_bytes: int,
+                                                    kv_bytes: int) -> None:
+    for bs in range(1, 1100):
+        shape = decode_block_config(bs, block_d, elem_bytes, kv_bytes)
+        if shape.sliced:
+            assert shape.block_n % shape.warps == 0 and shape.block_n // shape.warps >= 16, shape
+
+
+def test_sliced_kernel_only_for_a_16_bit_q_over_fp8_at_16_or_more_requests() -> None:
+    assert decode_block_config(256, 128, 2, 1).sliced and decode_block_config(16, 128, 2, 1).sliced
+    assert not decode_block_config(8, 128, 2, 1).sliced  # few requests: the split kernel
+    assert not decode_block_config(256, 128, 2, 2).sliced  # 16-bit cache
+    assert not decode_block_config(256, 128, 4, 1).sliced  # float32 q
