@@ -1,9 +1,12 @@
 """`radixserve bench latency` on CPU: a line per batch size, prompts drawn inside a small model's
-vocabulary, and `--profile DIR`: a Chrome trace per batch size and the ops of one step."""
+vocabulary, `--profile DIR`: a Chrome trace per batch size and the ops of one step, and
+`--breakdown`: the eager forward's time by layer part."""
 from __future__ import annotations
 
 import json
 import re
+
+import pytest
 
 from radixserve.cli import main
 
@@ -27,3 +30,37 @@ def test_latency_with_profile_on_a_small_vocabulary(tiny_ckpts, tmp_path, capsys
     calls = [float(m) for m in re.findall(r"^\s+[\d.]+\s+([\d.]+)\s+[\d.]+%\s+aten::mm$", out, re.MULTILINE)]
     assert len(calls) == 2 and calls[0] == calls[1] and calls[0] >= cfg.num_hidden_layers
     assert calls[0] == int(calls[0])
+
+
+def _breakdown(out: str) -> dict[str, float]:
+    """The `--breakdown` table under the first batch line: label -> ms per step."""
+    block = out.split("eager forward by part", 1)[1].split("\nbatch", 1)[0]
+    return {m.group(1).strip(): float(m.group(2))
+            for m in re.finditer(r"^\s{4}(\S.*?)\s+([\d.]+)(?:\s+[\d.]+%)?$", block, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_breakdown_names_every_part_once_and_adds_up(tiny_ckpts, capsys, device: str) -> None:
+    """Every layer part is timed (a MoE layer as one block), each once, so the parts never add up
+    to more than the forward and the rest is reported as the time between them. On CUDA the
+    parts are events behind a sleep kernel, with the engine's graphs bypassed and restored."""
+    for arch, mlp in (("qwen3", ["gate_up_proj", "SiLU-and-mul", "down_proj"]),
+                      ("qwen3_moe", ["MoE block (router, top-k, experts)"])):
+        argv = ["bench", "latency", "--model", str(tiny_ckpts[arch]), "--device", device,
+                "--batch-sizes", "2", "--steps", "3", "--input-len", "8", "--breakdown"]
+        assert main(argv) == 0
+        parts = _breakdown(capsys.readouterr().out)
+        want = ["embedding", "RMSNorm (with residual add)", "qkv_proj",
+                "rotary + KV store (+ q/k norm)", "attention", "o_proj", "final RMSNorm",
+                "lm_head", *mlp]
+        assert all(parts.get(p, 0) > 0 for p in want), (arch, parts)
+        named = sum(ms for p, ms in parts.items() if p not in ("forward", "between the parts"))
+        assert named <= parts["forward"] * 1.001 + 1e-3, (arch, parts)
+        assert abs(named + parts["between the parts"] - parts["forward"]) < 2e-3, (arch, parts)
+
+
+def test_breakdown_refuses_tensor_parallel(tiny_ckpts) -> None:
+    argv = ["bench", "latency", "--model", str(tiny_ckpts["llama"]), "--device", "cpu",
+            "--batch-sizes", "1", "--steps", "1", "--tp", "2", "--breakdown"]
+    with pytest.raises(SystemExit, match="--breakdown times one process"):
+        main(argv)

@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lat.add_argument("--profile", default=None, metavar="DIR",
                      help="after the timed steps of each batch size, profile as many more: a Chrome trace per batch "
                           "size in DIR and the top kernels (CPU ops on CPU) per step")
+    lat.add_argument("--breakdown", action="store_true",
+                     help="after the timed steps of each batch size, run as many eager steps and print "
+                          "the forward's time by layer part (GPU time from CUDA events; wall clock on CPU)")
     lat.set_defaults(func=run_latency)
 
     on = bsub.add_parser("online", help="Poisson arrivals against a running server")
@@ -132,6 +135,7 @@ def run_latency(args: argparse.Namespace) -> int:
 
     import torch
 
+    from radixserve.bench.breakdown import format_breakdown
     from radixserve.bench.latency import decode_step_ms
     from radixserve.bench.offline import allreduce_desc
     from radixserve.distributed.allreduce_choice import ENV
@@ -139,6 +143,8 @@ def run_latency(args: argparse.Namespace) -> int:
 
     modes = _allreduce_modes(args)
     eng, sch = _engine_configs(args)
+    if args.breakdown and eng.tp > 1:  # rank 0's hooks only, while its followers replay graphs
+        raise SystemExit("bench latency: --breakdown times one process; run it with --tp 1")
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
     for mode in modes:
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
@@ -148,9 +154,12 @@ def run_latency(args: argparse.Namespace) -> int:
                   f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
                   f"{'on' if sched.overlap else 'off'}", flush=True)
             for i, bs in enumerate(args.batch_sizes):
+                parts: dict[str, float] | None = {} if args.breakdown else None
                 ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000,
-                                    profile_dir=args.profile)
+                                    profile_dir=args.profile, breakdown=parts)
                 print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
+                if parts is not None:
+                    print(format_breakdown(parts, sched.device.type == "cuda"), flush=True)
             del sched
         # NOTE: without this the next mode's engine found no memory for its KV cache (two H200s,
         # Qwen3-14B at TP=2: "budget -2.37 GiB"), when the engine and its graph runner referred
