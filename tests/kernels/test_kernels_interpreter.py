@@ -106,14 +106,15 @@ def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, dim: int) -> Non
 
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("kv_dtype", [None, FP8])
-@pytest.mark.parametrize("heads,dim", [((4, 2), 16), ((4, 2), 24), ((8, 2), 16)])
+@pytest.mark.parametrize("heads,dim", [((4, 2), 16), ((4, 2), 24), ((8, 2), 16), ((6, 2), 16)])
 @pytest.mark.parametrize("shape", [DecodeShape(32, 2, 2, True), DecodeShape(64, 2, 2, True),
                                    DecodeShape(16, 1, 1, True)], ids=["32x2", "64x2", "16x1"])
 def test_decode_attention_sliced(dtype: torch.dtype, kv_dtype: torch.dtype | None,
                                  heads: tuple[int, int], dim: int, shape: DecodeShape) -> None:
     """The sliced kernel (each warp its own slice of every key block), which the launcher picks
     only for a 16-bit q over FP8 at 16+ requests, at any size here: a 1-key request leaves
-    slices with no key at all, 70 keys end mid-slice, group 4 fills more rows."""
+    slices with no key at all, 70 keys end mid-slice, groups 4 and 3 fill more rows (3 is not a
+    power of two: SmolLM2's 9 query heads over 3 KV heads)."""
     kc.check_decode("cpu", dtype, [1, 37, 70], heads=heads, dim=dim, page=4, splits=[None, 1, 3],
                     kv_dtype=kv_dtype, shape=shape)
 
