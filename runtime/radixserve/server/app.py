@@ -19,6 +19,7 @@ from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
 from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
+from radixserve.server.responses_api import router as responses_router
 from radixserve.server.state import ServerState, StateDep
 from radixserve.server.tokenize_api import router as tokenize_router
 
@@ -47,6 +48,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.server = state
     install_error_handlers(app)
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(tokenize_router)
     app.include_router(embeddings_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))

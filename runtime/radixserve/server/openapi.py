@@ -25,13 +25,14 @@ _WHY = {400: "Invalid request (OpenAI error body)", 401: "Missing or wrong API k
 _ERRORS = {
     ("post", "/v1/chat/completions"): (400, 404, 500, 503),
     ("post", "/v1/completions"): (400, 404, 500, 503),
+    ("post", "/v1/responses"): (400, 404, 500, 503),
     ("post", "/v1/embeddings"): (400, 404, 500, 503),
     ("post", "/generate"): (400, 500, 503),
     **{("post", f"{v}/{op}"): (400, 404, 500, 503) for v in ("", "/v1") for op in ("tokenize", "detokenize")},
     ("get", "/health"): (503,),
     ("get", "/health_generate"): (503,),
 }
-_STREAMING = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+_STREAMING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate"})
 # each server-sent event: `data:` is a JSON chunk, an error body, or `[DONE]` last
 _SSE = {"text/event-stream": {"schema": {"type": "object", "required": ["data"],
                                          "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}}}

@@ -237,3 +237,33 @@ class EmbeddingRequest(_Strict):
     dimensions: int | None = Field(None, ge=1, le=MAX_INT32)  # the first N, renormalized (MRL)
     truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # vLLM's: the last N
     user: Text | None = None
+
+
+class ResponseInputText(_Strict):
+    type: Literal["input_text", "output_text", "text"]
+    text: Text
+
+
+class ResponseInputMessage(_Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: Text | list[ResponseInputText]
+
+
+class ResponsesRequest(_Strict):
+    """OpenAI's `/v1/responses`, for text (server/responses_api.py)."""
+
+    model: Text | None = None
+    input: Text | list[ResponseInputMessage] = Field(min_length=1)
+    instructions: Text | None = None
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    stream: bool = False
+    store: bool = True  # OpenAI's default; this server stores nothing (see the module's note)
+    metadata: dict[str, Text] | None = Field(None, max_length=16)
+    # refused when set: they need stored state or tools
+    previous_response_id: Text | None = None
+    conversation: Any = None
+    background: bool = False
+    tools: list[Any] | None = None

@@ -1,0 +1,214 @@
+"""`/v1/responses`: OpenAI's Responses API, for text. The input (a string, or messages whose
+content is a string or text parts) goes through the chat template like a chat request, with
+`instructions` as the system message first; the answer comes back as one `message` output item,
+after a `reasoning` item holding the thinking when the server runs a `--reasoning-parser`.
+Streamed, it is the Responses event sequence (`response.created` ... `response.completed`, each
+event with its `sequence_number`). Nothing is stored, so `previous_response_id`, `background`,
+`conversation` and tools are refused with a 400 rather than silently ignored."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from radixserve.server.chat_output import ChatOutput
+from radixserve.server.dispatch import Choice, Dispatch, Prompt
+from radixserve.server.errors import APIError, error_body
+from radixserve.server.openai_api import build_params, chat_messages, check_model, template_options
+from radixserve.server.protocol import ChatCompletionRequest, ResponsesRequest, SamplingFields
+from radixserve.server.state import ServerState, StateDep
+from radixserve.server.tools import ToolPlan
+
+router = APIRouter()
+
+
+_REFUSED = {
+    "previous_response_id": "this server stores no responses: send the whole conversation as `input`",
+    "conversation": "this server stores no conversations: send the whole conversation as `input`",
+    "background": "background responses are not supported",
+    "tools": "tools are not supported on /v1/responses; use /v1/chat/completions",
+}
+
+
+_CHAT_SAMPLING = frozenset(SamplingFields.model_fields) - {
+    "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options"}
+
+
+def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+    for name, why in _REFUSED.items():
+        if getattr(req, name) not in (None, False, []):
+            raise APIError(400, f"{name}: {why}", name)
+    messages: list[dict] = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        for m in req.input:
+            content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content)
+            messages.append({"role": m.role, "content": content})
+    # vLLM's way: the chat's other sampling fields (top_k, seed, stop, ignore_eos, ...) as extras
+    extras = {k: v for k, v in (req.model_extra or {}).items() if k in _CHAT_SAMPLING}
+    fields: dict[str, Any] = extras | {"model": req.model, "messages": messages, "stream": req.stream}
+    given = req.model_fields_set  # the sampling defaults apply to what the request leaves out
+    for ours, chat in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
+                       ("top_p", "top_p")):
+        if ours in given and getattr(req, ours) is not None:
+            fields[chat] = getattr(req, ours)
+    return ChatCompletionRequest.model_validate(fields)
+
+
+class _Shape:
+    """One response's ids and its fixed fields, shared by the final object and the stream."""
+
+    def __init__(self, state: ServerState, req: ResponsesRequest) -> None:
+        self.id = f"resp_{uuid.uuid4().hex}"
+        self.msg_id, self.rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.head = {"id": self.id, "object": "response", "created_at": self.created,
+                     "model": state.model_name, "instructions": req.instructions,
+                     "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
+                     "temperature": req.temperature, "top_p": req.top_p, "tools": [],
+                     "tool_choice": "auto", "parallel_tool_calls": True, "store": False,
+                     "text": {"format": {"type": "text"}}, "error": None}
+
+    def reasoning(self, text: str, status: str = "completed") -> dict:
+        return {"type": "reasoning", "id": self.rs_id, "summary": [], "status": status,
+                "content": [{"type": "reasoning_text", "text": text}]}
+
+    def message(self, text: str | None, status: str = "completed") -> dict:
+        content = [] if text is None else [_text_part(text)]
+        return {"type": "message", "id": self.msg_id, "status": status, "role": "assistant",
+                "content": content}
+
+    def response(self, status: str, output: list[dict], c: Choice | None) -> dict:
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        body = self.head | {"status": status, "output": output, "incomplete_details": incomplete,
+                            "usage": None}
+        if c is not None:
+            body["usage"] = {"input_tokens": c.prompt_tokens, "output_tokens": c.completion_tokens,
+                             "total_tokens": c.prompt_tokens + c.completion_tokens,
+                             # not counted here; present because clients read them
+                             "input_tokens_details": {"cached_tokens": 0},
+                             "output_tokens_details": {"reasoning_tokens": 0}}
+        return body
+
+
+def _text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _status(finish_reason: str | None) -> str:
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
+def _output(shape: _Shape, out: ChatOutput, status: str) -> list[dict]:
+    msg = out.message()
+    items = [shape.reasoning(msg["reasoning_content"])] if msg.get("reasoning_content") else []
+    return items + [shape.message(msg["content"] or "", status)]
+
+
+@router.post("/v1/responses")
+async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
+    check_model(state, req.model)
+    chat = _chat_request(req)
+    limit = chat.max_tokens
+    names = {"max_tokens": "max_output_tokens"}
+    params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
+                          None, state.sampling_defaults)
+    prompts = [Prompt(chat=chat_messages(chat.messages), **template_options(chat.messages, True, False, None))]
+    plan = ToolPlan("none", reasoning=state.reasoning_parser)
+    d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)
+    shape = _Shape(state, req)
+    if not req.stream:
+        c = (await d.collect(raw))[0]
+        out = plan.new_output()
+        out.feed(c.text, final=True)
+        status = _status(c.finish_reason)
+        return shape.response(status, _output(shape, out, status), c)
+    first = await d.start(raw)
+    if first is None:
+        return Response(status_code=204)  # the client is gone: nobody reads this
+    return StreamingResponse(_stream(d, first, raw, shape, plan.new_output()),
+                             media_type="text/event-stream")
+
+
+def _event(seq: list[int], kind: str, **fields: Any) -> str:
+    seq[0] += 1
+    body = {"type": kind, "sequence_number": seq[0] - 1} | fields
+    return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: ChatOutput) -> AsyncIterator[str]:
+    """The Responses events: the reasoning item (if any) streams first, then the message item;
+    each item opens, streams its text, and closes before the next opens."""
+    seq = [0]
+    c = Choice(0)
+    yield _event(seq, "response.created", response=shape.response("in_progress", [], None))
+    yield _event(seq, "response.in_progress", response=shape.response("in_progress", [], None))
+    items: list[dict] = []  # the closed items
+    open_kind: str | None = None  # "reasoning" | "message"
+    text = ""
+
+    def close(status: str) -> list[str]:
+        idx = len(items)
+        if open_kind == "reasoning":
+            item = shape.reasoning(text)
+            items.append(item)
+            return [_event(seq, "response.reasoning_text.done", item_id=shape.rs_id, output_index=idx,
+                           content_index=0, text=text),
+                    _event(seq, "response.output_item.done", output_index=idx, item=item)]
+        item = shape.message(text, status)
+        items.append(item)
+        return [_event(seq, "response.output_text.done", item_id=shape.msg_id, output_index=idx,
+                       content_index=0, text=text, logprobs=[]),
+                _event(seq, "response.content_part.done", item_id=shape.msg_id, output_index=idx,
+                       content_index=0, part=_text_part(text)),
+                _event(seq, "response.output_item.done", output_index=idx, item=item)]
+
+    def open_(kind: str) -> list[str]:
+        idx = len(items)
+        if kind == "reasoning":
+            return [_event(seq, "response.output_item.added", output_index=idx,
+                           item=shape.reasoning("", "in_progress") | {"content": []})]
+        return [_event(seq, "response.output_item.added", output_index=idx,
+                       item=shape.message(None, "in_progress")),
+                _event(seq, "response.content_part.added", item_id=shape.msg_id, output_index=idx,
+                       content_index=0, part=_text_part(""))]
+
+    try:
+        async for _, r in d.events(first, raw):
+            c.add(r)
+            for delta in out.feed(r.text, final=r.finished):
+                kind, piece = (("reasoning", delta["reasoning_content"]) if "reasoning_content" in delta
+                               else ("message", delta.get("content", "")))
+                if kind != open_kind:
+                    if open_kind is not None:
+                        for e in close("completed"):
+                            yield e
+                    open_kind, text = kind, ""
+                    for e in open_(kind):
+                        yield e
+                text += piece
+                name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
+                item_id = shape.rs_id if kind == "reasoning" else shape.msg_id
+                extra = {} if kind == "reasoning" else {"logprobs": []}
+                yield _event(seq, name, item_id=item_id, output_index=len(items), content_index=0,
+                             delta=piece, **extra)
+        status = _status(c.finish_reason)
+        if open_kind != "message":  # no answer text at all: still one (empty) message item
+            if open_kind is not None:
+                for e in close("completed"):
+                    yield e
+            open_kind, text = "message", ""
+            for e in open_("message"):
+                yield e
+        for e in close(status):
+            yield e
+        done = "response.completed" if status == "completed" else "response.incomplete"
+        yield _event(seq, done, response=shape.response(status, items, c))
+    except APIError as e:  # after the headers: an error event ends the stream
+        yield _event(seq, "error", **error_body(e.status, e.message, e.param, e.code)["error"])
