@@ -250,6 +250,20 @@ class ResponseInputMessage(_Strict):
     content: Text | list[ResponseInputText]
 
 
+class ResponseTextFormat(_Strict):
+    """`text.format`: plain text, any JSON object, or JSON following `schema`."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: Name | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # None: any JSON object
+    strict: bool | None = None  # the schema is always enforced
+    description: Text | None = None
+
+
+class ResponseText(_Strict):
+    format: ResponseTextFormat | None = None
+
+
 class ResponsesRequest(_Strict):
     """OpenAI's `/v1/responses`, for text (server/responses_api.py)."""
 
@@ -262,6 +276,7 @@ class ResponsesRequest(_Strict):
     stream: bool = False
     store: bool = True  # OpenAI's default; this server stores nothing (see the module's note)
     metadata: dict[str, Text] | None = Field(None, max_length=16)
+    text: ResponseText | None = None
     # refused when set: they need stored state or tools
     previous_response_id: Text | None = None
     conversation: Any = None

@@ -1,7 +1,8 @@
 """`/v1/responses`: OpenAI's Responses API, for text. The input (a string, or messages whose
 content is a string or text parts) goes through the chat template like a chat request, with
 `instructions` as the system message first; the answer comes back as one `message` output item,
-after a `reasoning` item holding the thinking when the server runs a `--reasoning-parser`.
+after a `reasoning` item holding the thinking when the server runs a `--reasoning-parser`;
+`text.format` constrains it as the chat route's `response_format` does.
 Streamed, it is the Responses event sequence (`response.created` ... `response.completed`, each
 event with its `sequence_number`). Nothing is stored, so `previous_response_id`, `background`,
 `conversation` and tools are refused with a 400 rather than silently ignored."""
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from radixserve.server.chat_output import ChatOutput
+from radixserve.server.constraints import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
 from radixserve.server.openai_api import build_params, chat_messages, check_model, template_options
@@ -73,7 +75,7 @@ class _Shape:
                      "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
                      "temperature": req.temperature, "top_p": req.top_p, "tools": [],
                      "tool_choice": "auto", "parallel_tool_calls": True, "store": False,
-                     "text": {"format": {"type": "text"}}, "error": None}
+                     "text": _text_config(req), "error": None}
 
     def reasoning(self, text: str, status: str = "completed") -> dict:
         return {"type": "reasoning", "id": self.rs_id, "summary": [], "status": status,
@@ -97,6 +99,14 @@ class _Shape:
         return body
 
 
+def _text_config(req: ResponsesRequest) -> dict:
+    """The `text` member of the response: the format the request asked for."""
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None:
+        return {"format": {"type": "text"}}
+    return {"format": fmt.model_dump(by_alias=True, exclude_none=True)}
+
+
 def _text_part(text: str) -> dict:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
@@ -111,16 +121,30 @@ def _output(shape: _Shape, out: ChatOutput, status: str) -> list[dict]:
     return items + [shape.message(msg["content"] or "", status)]
 
 
+def _constraint(req: ResponsesRequest) -> Constraint | None:
+    """`text.format` as the chat route's `response_format`: the grammar of the output."""
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object" or fmt.schema_ is None:
+        return schema_constraint(ANY_JSON_OBJECT, "text.format")
+    return schema_constraint(fmt.schema_, "text.format.schema")
+
+
 @router.post("/v1/responses")
 async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     chat = _chat_request(req)
+    grammar = _constraint(req)
     limit = chat.max_tokens
-    names = {"max_tokens": "max_output_tokens"}
+    names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
-                          None, state.sampling_defaults)
+                          grammar, state.sampling_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), **template_options(chat.messages, True, False, None))]
-    plan = ToolPlan("none", reasoning=state.reasoning_parser)
+    # as on the chat route: deepseek_r1 reads output as thinking until `</think>`, which a
+    # grammar's output never has
+    reasoning = state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
+    plan = ToolPlan("none", reasoning=reasoning)
     d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)
     shape = _Shape(state, req)
     if not req.stream:
