@@ -110,8 +110,9 @@ def decode_attention(
     mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
     block_d = max(32, next_pow2(d))  # the split kernel dots head_dim in halves of >= 16
-    shape = shape or decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
-    if shape.sliced and shape.block_n // shape.warps < 16:
+    if shape is None:  # (its shapes all give a slice a whole tile: tests/kernels/test_decode_shape.py)
+        shape = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
+    elif shape.sliced and shape.block_n // shape.warps < 16:
         raise ValueError(f"{shape}: a slice needs >= 16 keys a block (the dot's minimum)")
     kernel = decode_sliced_kernel if shape.sliced else decode_split_kernel
     slices = {"SLICES": shape.warps} if shape.sliced else {}

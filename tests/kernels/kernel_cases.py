@@ -1,12 +1,15 @@
 """Random paged-KV layouts shared by the kernel tests."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
 from radixserve_kernels.testing import enable_cpu_interpreter
+
+if TYPE_CHECKING:  # kernel modules load only after the interpreter switch below
+    from radixserve_kernels.decode_attention import DecodeShape
 
 INTERPRETING = not torch.cuda.is_available() and enable_cpu_interpreter()
 
@@ -255,7 +258,7 @@ def check_store_kv_fp8(dev: str, dtype: torch.dtype, tokens: int, heads: int, di
 
 def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple[int, int],
                  dim: int, page: int, splits: list[int | None],
-                 kv_dtype: torch.dtype | None = None, shape: Any = None) -> None:
+                 kv_dtype: torch.dtype | None = None, shape: DecodeShape | None = None) -> None:
     """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`. `shape`: a
     `DecodeShape` in place of the launcher's choice for the batch size."""
     from radixserve_kernels import decode_attention, decode_attention_ref

@@ -101,6 +101,7 @@ def step_breakdown(sched: Any, steps: int) -> dict[str, float]:
     engine's CUDA graphs are bypassed for these steps and restored after."""
     engine = sched.engine
     cuda = sched.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     clock = _Clock(cuda)
     runner, engine.graph_runner = engine.graph_runner, None
     sleep = None
@@ -109,8 +110,7 @@ def step_breakdown(sched: Any, steps: int) -> dict[str, float]:
     try:
         with timed_parts(engine.model, clock) as marks:
             sched.step()  # one eager step first: compiles, and times the host for the sleep
-            if cuda:
-                torch.cuda.synchronize()
+            sync()
             start = time.perf_counter()
             sched.step()
             host_ms = (time.perf_counter() - start) * 1000
@@ -118,12 +118,10 @@ def step_breakdown(sched: Any, steps: int) -> dict[str, float]:
                 cycles = _sleep_cycles(max(SLEEP_MS, 2 * host_ms))
                 sleep = engine.model.register_forward_pre_hook(lambda m, a: torch.cuda._sleep(cycles))
             for _ in range(steps):
-                if cuda:
-                    torch.cuda.synchronize()
+                sync()
                 marks.clear()
                 sched.step()
-                if cuda:
-                    torch.cuda.synchronize()
+                sync()
                 done = [m for m in marks if m[2] is not None]
                 if not done:
                     continue

@@ -65,6 +65,13 @@ def check_model(state: ServerState, model: str | None) -> None:
         raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
 
 
+def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | None:
+    """The server's reasoning parser for a request with output grammar `grammar`: none for a
+    constrained deepseek_r1 output, which it would read as thinking until a `</think>` that a
+    grammar's output never has."""
+    return state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
+
+
 # apply_chat_template's own arguments: a template variable must not replace one of them
 _TEMPLATE_ARGUMENTS = frozenset({
     "conversation", "messages", "tools", "documents", "chat_template", "tokenize", "padding",
@@ -283,9 +290,7 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
         field = grammar.field.split(".")[0]
         raise APIError(400, f"{field} cannot be combined with tool_choice {plan.mode}", field)
     grammar = plan.constraint or grammar
-    # deepseek_r1 reads the output as thinking until `</think>`; a grammar's output has none
-    reasoning = state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
-    plan = dataclasses.replace(plan, reasoning=reasoning)
+    plan = dataclasses.replace(plan, reasoning=reasoning_parser(state, grammar))
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}

@@ -250,14 +250,12 @@ class ResponseInputMessage(_Strict):
     content: Text | list[ResponseInputText]
 
 
-class ResponseTextFormat(_Strict):
-    """`text.format`: plain text, any JSON object, or JSON following `schema`."""
+class ResponseTextFormat(JsonSchemaFormat):
+    """`text.format`: plain text, any JSON object, or JSON following `schema` (the fields of
+    chat's `response_format.json_schema`, flattened in beside `type`)."""
 
     type: Literal["text", "json_object", "json_schema"]
     name: Name | None = None
-    schema_: dict[str, Any] | None = Field(None, alias="schema")  # None: any JSON object
-    strict: bool | None = None  # the schema is always enforced
-    description: Text | None = None
 
 
 class ResponseText(_Strict):

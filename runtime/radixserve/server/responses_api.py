@@ -8,10 +8,11 @@ event with its `sequence_number`). Nothing is stored, so `previous_response_id`,
 `conversation` and tools are refused with a 400 rather than silently ignored."""
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,7 +22,13 @@ from radixserve.server.chat_output import ChatOutput
 from radixserve.server.constraints import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
-from radixserve.server.openai_api import build_params, chat_messages, check_model, template_options
+from radixserve.server.openai_api import (
+    build_params,
+    chat_messages,
+    check_model,
+    reasoning_parser,
+    template_options,
+)
 from radixserve.server.protocol import ChatCompletionRequest, ResponsesRequest, SamplingFields
 from radixserve.server.state import ServerState, StateDep
 from radixserve.server.tools import ToolPlan
@@ -141,10 +148,7 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
                           grammar, state.sampling_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), **template_options(chat.messages, True, False, None))]
-    # as on the chat route: deepseek_r1 reads output as thinking until `</think>`, which a
-    # grammar's output never has
-    reasoning = state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
-    plan = ToolPlan("none", reasoning=reasoning)
+    plan = ToolPlan("none", reasoning=reasoning_parser(state, grammar))
     d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)
     shape = _Shape(state, req)
     if not req.stream:
@@ -160,16 +164,15 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
                              media_type="text/event-stream")
 
 
-def _event(seq: list[int], kind: str, **fields: Any) -> str:
-    seq[0] += 1
-    body = {"type": kind, "sequence_number": seq[0] - 1} | fields
+def _event(seq: Iterator[int], kind: str, **fields: Any) -> str:
+    body = {"type": kind, "sequence_number": next(seq)} | fields
     return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
 async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: ChatOutput) -> AsyncIterator[str]:
     """The Responses events: the reasoning item (if any) streams first, then the message item;
     each item opens, streams its text, and closes before the next opens."""
-    seq = [0]
+    seq = itertools.count()
     c = Choice(0)
     yield _event(seq, "response.created", response=shape.response("in_progress", [], None))
     yield _event(seq, "response.in_progress", response=shape.response("in_progress", [], None))
@@ -193,15 +196,18 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                        content_index=0, part=_text_part(text)),
                 _event(seq, "response.output_item.done", output_index=idx, item=item)]
 
-    def open_(kind: str) -> list[str]:
-        idx = len(items)
+    def switch(kind: str) -> list[str]:
+        """Close the open item (if any), open a `kind` one."""
+        nonlocal open_kind, text
+        events = close("completed") if open_kind is not None else []
+        open_kind, text, idx = kind, "", len(items)
         if kind == "reasoning":
-            return [_event(seq, "response.output_item.added", output_index=idx,
-                           item=shape.reasoning("", "in_progress") | {"content": []})]
-        return [_event(seq, "response.output_item.added", output_index=idx,
-                       item=shape.message(None, "in_progress")),
-                _event(seq, "response.content_part.added", item_id=shape.msg_id, output_index=idx,
-                       content_index=0, part=_text_part(""))]
+            return events + [_event(seq, "response.output_item.added", output_index=idx,
+                                    item=shape.reasoning("", "in_progress") | {"content": []})]
+        return events + [_event(seq, "response.output_item.added", output_index=idx,
+                                item=shape.message(None, "in_progress")),
+                         _event(seq, "response.content_part.added", item_id=shape.msg_id,
+                                output_index=idx, content_index=0, part=_text_part(""))]
 
     try:
         async for _, r in d.events(first, raw):
@@ -210,11 +216,7 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                 kind, piece = (("reasoning", delta["reasoning_content"]) if "reasoning_content" in delta
                                else ("message", delta.get("content", "")))
                 if kind != open_kind:
-                    if open_kind is not None:
-                        for e in close("completed"):
-                            yield e
-                    open_kind, text = kind, ""
-                    for e in open_(kind):
+                    for e in switch(kind):
                         yield e
                 text += piece
                 name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
@@ -224,11 +226,7 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                              delta=piece, **extra)
         status = _status(c.finish_reason)
         if open_kind != "message":  # no answer text at all: still one (empty) message item
-            if open_kind is not None:
-                for e in close("completed"):
-                    yield e
-            open_kind, text = "message", ""
-            for e in open_("message"):
+            for e in switch("message"):
                 yield e
         for e in close(status):
             yield e
