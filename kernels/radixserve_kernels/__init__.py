@@ -12,6 +12,7 @@ from radixserve_kernels.decode_attention import (
     decode_attention,
     decode_attention_ref,
     decode_num_splits,
+    decode_order,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
 from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
@@ -45,6 +46,7 @@ __all__ = [
     "decode_attention",
     "decode_attention_ref",
     "decode_num_splits",
+    "decode_order",
     "dequantize_kv_ref",
     "extend_attention",
     "extend_attention_ref",

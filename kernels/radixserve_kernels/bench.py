@@ -1,6 +1,7 @@
 """Micro-benchmarks of the attention kernels on CUDA: `python -m radixserve_kernels.bench
 [--kv-dtype fp8]`. Prints µs per call for Triton and (if installed) FlashInfer at Qwen3-0.6B's
-attention shape, over a bf16 or an FP8 (e4m3) KV cache; q is bf16 either way."""
+attention shape, over a bf16 or an FP8 (e4m3) KV cache; q is bf16 either way. Decode also runs
+the offline workload's mix of lengths (100-2,048 keys) in batch order and longest first."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import argparse
 import torch
 
 from radixserve_kernels import decode_attention, extend_attention, page_indices
-from radixserve_kernels.decode_attention import decode_num_splits
+from radixserve_kernels.decode_attention import decode_num_splits, decode_order
 
 
 def _time_us(fn, iters: int = 50) -> float:
@@ -78,6 +79,24 @@ def bench_decode(bs: int, ctx: int, page: int, kv_dtype: torch.dtype = torch.bfl
     print(line, flush=True)
 
 
+def bench_decode_mix(bs: int, lo: int, hi: int, kv_dtype: torch.dtype = torch.bfloat16,
+                     hq: int = 16, hk: int = 8, d: int = 128) -> None:
+    """Decode over requests of mixed lengths, uniform in [lo, hi] as in the offline workload's
+    large batches, launched in batch order and longest first (`decode_order`)."""
+    table, kc, vc, rows, _ = _layout(bs, hi, 16, hk, d, kv_dtype)
+    seq = torch.randint(lo, hi + 1, (bs,), dtype=torch.int32, device="cuda")
+    q = torch.randn(bs, hq, d, device="cuda", dtype=torch.bfloat16)
+    bound = int(seq.sum()) * 2 * hk * d * kc.element_size() / 4.26e12 * 1e6
+    line = f"decode bs={bs:4d} ctx={lo}-{hi} page= 16 bound={bound:7.1f}us"
+    for label, order in (("batch order", None), ("longest first", decode_order(seq))):
+        decode_attention(q, kc, vc, table, rows, seq, d**-0.5, order=order)  # compiled outside
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            decode_attention(q, kc, vc, table, rows, seq, d**-0.5, order=order)
+        line += f" triton-graph[{label}]={_time_us(graph.replay):7.1f}"
+    print(line, flush=True)
+
+
 def bench_extend(bs: int, new: int, prefix: int, page: int,
                  kv_dtype: torch.dtype = torch.bfloat16, hq: int = 16, hk: int = 8,
                  d: int = 128) -> None:
@@ -113,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     for bs, ctx in [(1, 1024), (1, 4096), (8, 1024), (64, 1024), (256, 600), (256, 1024)]:
         for page in (1, 16) if bs == 64 else (16,):
             bench_decode(bs, ctx, page, kv_dtype)
+    for bs in (64, 128, 256):
+        bench_decode_mix(bs, 100, 2048, kv_dtype)
     for bs, new, prefix in [(1, 2048, 0), (8, 1024, 0), (4, 512, 1536)]:
         bench_extend(bs, new, prefix, 16, kv_dtype)
 

@@ -44,6 +44,20 @@ def decode_num_splits(bs: int, num_kv_heads: int, num_sms: int) -> int:
     return min(16, 1 << max(target, 1).bit_length() - 1)
 
 
+ORDER_MIN_BS = 64  # fewer requests' programs start in about one wave: their order cannot matter
+
+
+def decode_order(seq_lens: torch.Tensor) -> torch.Tensor | None:
+    """A decode batch's launch order for `decode_attention`: the longest request first, or None
+    (batch order) under ORDER_MIN_BS requests. The GPU starts programs in launch order, so the
+    longest start first and the shortest fill in at the end, instead of a long request started
+    last running alone (on the H200, FP8 cache, 256 requests of 100-2,048 keys: 206 -> 184 µs;
+    docs/benchmarks.md). Stable, so ties keep batch order."""
+    if seq_lens.shape[0] < ORDER_MIN_BS:
+        return None
+    return torch.argsort(seq_lens, descending=True, stable=True)
+
+
 class DecodeShape(NamedTuple):
     """A decode launch's shape: keys per block, pipeline stages, warps, and whether each warp
     takes its own slice of every block (`decode_sliced_kernel`) or all share it (the split
@@ -87,11 +101,14 @@ def decode_attention(
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     num_splits: int | None = None, out: torch.Tensor | None = None,
     k_scale: float = 1.0, v_scale: float = 1.0, shape: DecodeShape | None = None,
+    order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
     graph (device tensors updated in place between replays; the scales are constants).
     seq_lens must be >= 1 for real requests; a 0-length row yields zeros. `shape` overrides
-    `decode_block_config` (tests run both kernels at any size)."""
+    `decode_block_config` (tests run both kernels at any size). `order`: the requests' launch
+    order, a permutation of 0..bs-1 (`decode_order`); each request's result is the same
+    whatever the order, bit for bit, only the time differs."""
     from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
     from radixserve_kernels._jit.decode_sliced import decode_sliced_kernel
 
@@ -117,15 +134,16 @@ def decode_attention(
     kernel = decode_sliced_kernel if shape.sliced else decode_split_kernel
     slices = {"SLICES": shape.warps} if shape.sliced else {}
     pdl = pdl_args(q)  # the split and the merge kernel launch alike
-    kernel[(bs, n_kh, num_splits)](
-        q, k_cache, v_cache, page_table, req_rows, seq_lens, mid_o, mid_lse, out,
+    kernel[(n_kh, num_splits, bs)](
+        q, k_cache, v_cache, page_table, req_rows, seq_lens,
+        order if order is not None else seq_lens, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1), scale * k_scale, v_scale,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=shape.block_n, PRECISION=dot_precision(q.dtype),
-        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), num_warps=shape.warps,
+        F16_DOTS=f16_dots(q.dtype, k_cache.dtype), HAS_ORDER=order is not None, num_warps=shape.warps,
         num_stages=shape.stages, **slices, **pdl,
     )
     if num_splits == 1:

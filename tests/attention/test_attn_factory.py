@@ -195,6 +195,30 @@ def test_fp8_kv_cache_prefills_with_triton(machine, built, caplog) -> None:
     assert factory.resolve_attn_spec("auto", "cuda", kv_dtype=fp8) == ("flashinfer", "flashinfer")
 
 
+@pytest.mark.parametrize("head_dim", [16, 32, 72])
+def test_head_dims_flashinfer_cannot_tile_prefill_with_triton(machine, built, caplog, head_dim) -> None:
+    """FlashInfer usable, but its FA2 kernels fail at their first prefill for a head under 64
+    (seen on the H200 with head_dim 16), so `auto` passes it over, saying why; 64/128/256 keep it."""
+    machine.installed.add("flashinfer_jit_cache")
+    with caplog.at_level(logging.INFO, logger=factory.__name__):
+        backend = factory.create_attn_backend("auto", _cfg(head_dim=head_dim))
+    assert _names(backend) == ("triton", "triton") and built == ["triton"]
+    (line,) = [r for r in caplog.records if r.name == factory.__name__]
+    assert f"not {head_dim}" in line.getMessage()
+    for ok in (64, 96, 128, 256):
+        assert _names(factory.create_attn_backend("auto", _cfg(head_dim=ok)))[0] == "flashinfer"
+
+
+def test_explicit_flashinfer_refuses_a_head_it_cannot_serve(monkeypatch) -> None:
+    """`--attn flashinfer` with a bf16 model of head_dim 16 is a clear error at start, not a
+    FlashInfer internal error at the first prefill; float32 runs Triton's kernels, so passes."""
+    from radixserve.attention import flashinfer_backend
+
+    monkeypatch.setattr(flashinfer_backend, "_import_flashinfer", lambda: None)
+    with pytest.raises(ValueError, match="at least 64, not 16; use --attn triton"):
+        flashinfer_backend.FlashInferBackend(_cfg(head_dim=16))
+
+
 def _fake_flashinfer(monkeypatch, aot_dir: Path) -> list[tuple]:
     """flashinfer.jit.env / flashinfer.jit.attention.modules as FlashInfer 0.5.x lays them out."""
     calls: list[tuple] = []

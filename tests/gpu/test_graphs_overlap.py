@@ -45,6 +45,23 @@ def test_graphs_on_and_off_bit_identical_bf16_triton(tiny_ckpts) -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+def test_longest_first_launch_changes_no_token_bf16(tiny_ckpts, monkeypatch, kv: str) -> None:
+    """From 64 requests Triton decode launches the longest request first (`decode_order`): the
+    tokens equal those of batch order bit for bit, with graphs and without (one prefill, then
+    decode at batch 64 throughout; mixed prompt lengths, so the order is not the batch's)."""
+    import radixserve_kernels
+
+    prompts = random_prompts(64, [20, 47, 33, 60, 25], 300, seed=7)
+    kw = {"dtype": "bfloat16", "device": "cuda", "attn": "triton", "page_size": 16,
+          "max_running_requests": 64, "kv_cache_dtype": kv}
+    graphs = generate(tiny_ckpts[MOE], prompts, 16, graphs=True, cuda_graph_max_bs=64, **kw)
+    eager = generate(tiny_ckpts[MOE], prompts, 16, graphs=False, cuda_graph_max_bs=0, **kw)
+    monkeypatch.setattr(radixserve_kernels, "decode_order", lambda seq_lens: None)
+    batch_order = generate(tiny_ckpts[MOE], prompts, 16, graphs=False, cuda_graph_max_bs=0, **kw)
+    assert graphs == eager == batch_order
+
+
 def test_engine_captures_graphs_only_when_asked(tiny_ckpts) -> None:
     from radixserve.config import EngineConfig
     from radixserve.engine.engine import Engine

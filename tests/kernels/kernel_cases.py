@@ -260,7 +260,9 @@ def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple
                  dim: int, page: int, splits: list[int | None],
                  kv_dtype: torch.dtype | None = None, shape: DecodeShape | None = None) -> None:
     """`kv_dtype` float8_e4m3fn: the caches hold FP8 with `FP8_SCALES`. `shape`: a
-    `DecodeShape` in place of the launcher's choice for the batch size."""
+    `DecodeShape` in place of the launcher's choice for the batch size. Launched longest request
+    first (`decode_order`'s order, at any batch size), each request's output is the same, bit
+    for bit."""
     from radixserve_kernels import decode_attention, decode_attention_ref
 
     gen = torch.Generator().manual_seed(sum(seq_lens) + page)
@@ -272,9 +274,13 @@ def check_decode(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: tuple
     q = torch.randn(len(seq_lens), hq, dim, generator=gen).to(dtype)
     args = [t.to(dev) for t in (q, kc, vc, table, rows, torch.tensor(seq_lens, dtype=torch.int32))]
     want = decode_attention_ref(*args, dim**-0.5, **scales)
-    for s in splits:
-        close(decode_attention(*args, dim**-0.5, num_splits=s, shape=shape, **scales), want,
-              dtype, scale=scales.get("v_scale", 1.0))
+    for i, s in enumerate(splits):
+        got = decode_attention(*args, dim**-0.5, num_splits=s, shape=shape, **scales)
+        close(got, want, dtype, scale=scales.get("v_scale", 1.0))
+        if i == 0:
+            order = torch.argsort(args[-1], descending=True, stable=True)
+            assert torch.equal(decode_attention(*args, dim**-0.5, num_splits=s, shape=shape,
+                                                order=order, **scales), got)
 
 
 def check_extend(dev: str, dtype: torch.dtype, prefix_lens: list[int], extend_lens: list[int],

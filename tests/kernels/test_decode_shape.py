@@ -4,6 +4,7 @@ run of the same requests does, and every sliced shape must give each slice a who
 from __future__ import annotations
 
 import pytest
+import torch
 
 from radixserve_kernels._utils import next_pow2
 from radixserve_kernels.decode_attention import decode_block_config, decode_num_splits
@@ -37,3 +38,18 @@ def test_sliced_kernel_only_for_a_16_bit_q_over_fp8_at_16_or_more_requests() -> 
     assert not decode_block_config(8, 128, 2, 1).sliced  # few requests: the split kernel
     assert not decode_block_config(256, 128, 2, 2).sliced  # 16-bit cache
     assert not decode_block_config(256, 128, 4, 1).sliced  # float32 q
+
+
+def test_decode_order_is_longest_first_from_64_requests() -> None:
+    """Under 64 requests the programs start in about one wave, so there is no order to pay a
+    sort for; from 64 on, the longest request first, ties in batch order."""
+    from radixserve_kernels.decode_attention import ORDER_MIN_BS, decode_order
+
+    assert decode_order(torch.tensor([5, 90, 7], dtype=torch.int32)) is None
+    lens = torch.randint(1, 50, (ORDER_MIN_BS,), generator=torch.Generator().manual_seed(0))
+    order = decode_order(lens.to(torch.int32))
+    assert sorted(order.tolist()) == list(range(ORDER_MIN_BS))
+    ranked = lens[order].tolist()
+    assert ranked == sorted(ranked, reverse=True)
+    ties = [i for i in order.tolist() if lens[i] == ranked[0]]
+    assert ties == sorted(ties)

@@ -63,6 +63,28 @@ def test_decode_attention(dtype: torch.dtype, page: int, dim: int) -> None:
     kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=dim, page=page, splits=[None, 1, 3])
 
 
+@pytest.mark.parametrize("sliced", [False, True])
+def test_decode_programs_follow_the_launch_order(sliced: bool) -> None:
+    """The kernels compute request `order[rank]` at each rank: an order naming request 1 alone
+    writes request 1's output and leaves the others' rows as they were (the longest-first order
+    of the launcher changes nothing but the time only because the kernels follow it)."""
+    from radixserve_kernels import decode_attention, decode_attention_ref
+
+    gen = torch.Generator().manual_seed(5)
+    seq_lens = [9, 40, 17]
+    table, rows = kc.paged_table(seq_lens, 1, sum(seq_lens) + 3, 48, gen)
+    kcache, vcache = kc.kv_pool(sum(seq_lens) + 3, 1, 2, 16, torch.float32, gen)
+    q = torch.randn(3, 4, 16, generator=gen)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    shape = DecodeShape(32, 2, 2, True) if sliced else DecodeShape(32, 2, 4, False)
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, kcache, vcache, table, rows, lens, 0.25, num_splits=1, out=out, shape=shape,
+                     order=torch.ones(3, dtype=torch.int64))
+    want = decode_attention_ref(q, kcache, vcache, table, rows, lens, 0.25)
+    torch.testing.assert_close(out[1], want[1], rtol=1e-4, atol=1e-4)
+    assert out[[0, 2]].isnan().all()
+
+
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("page", [1, 4])
 def test_extend_attention(dtype: torch.dtype, page: int) -> None:

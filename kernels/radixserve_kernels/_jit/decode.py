@@ -9,12 +9,12 @@ from radixserve_kernels._jit.pdl import pdl_enter
 
 @triton.jit
 def decode_split_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, order_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-    F16_DOTS: tl.constexpr, PDL: tl.constexpr,
+    F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr,
 ):
     """One (request, KV head, split): all GROUP query heads of that KV head against one slice of
     the request's keys; writes the slice's normalised output and log-sum-exp (with one split,
@@ -31,8 +31,8 @@ def decode_split_kernel(
     pdl_enter(PDL)
     HALF: tl.constexpr = BLOCK_D // 2
     b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1 = split_start(
-        q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF, BLOCK_N,
-        F16_DOTS)
+        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF,
+        BLOCK_N, F16_DOTS, HAS_ORDER)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc0 = tl.zeros([BLOCK_G, HALF], tl.float32)
@@ -64,17 +64,23 @@ def decode_split_kernel(
 
 @triton.jit
 def split_start(
-    q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr,
-    F16_DOTS: tl.constexpr,
+    F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr,
 ):
     """A split's start, shared by the split and sliced kernels: its request `b`, KV head, split
     index, page-table row and key range [start, end), then its query heads (`heads`, in range
     where `gm`), the head_dim offsets of a half (`d`, in range where `dm0`/`dm1`) and the two
-    halves of q, in float16 where F16_DOTS."""
-    b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
+    halves of q, in float16 where F16_DOTS. The grid is (KV head, split, rank): the GPU starts
+    programs in that linear order, so one request's programs start together, and with HAS_ORDER
+    the rank-th request is `order[rank]` (the launcher's longest-first order)."""
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    rank = tl.program_id(2).to(tl.int64)
+    if HAS_ORDER:
+        b = tl.load(order_ptr + rank).to(tl.int64)
+    else:
+        b = rank
     seq_len = tl.load(seq_ptr + b)
     row = tl.load(rows_ptr + b).to(tl.int64)
     per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N

@@ -10,12 +10,12 @@ from radixserve_kernels._jit.pdl import pdl_enter
 
 @triton.jit
 def decode_sliced_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, order_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     scale, v_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-    F16_DOTS: tl.constexpr, PDL: tl.constexpr, SLICES: tl.constexpr,
+    F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr, SLICES: tl.constexpr,
 ):
     """`decode_split_kernel`'s job and arguments, with each block of BLOCK_N keys cut into SLICES
     slices (launched with one warp a slice): the dots are batched over the slices, so each warp
@@ -28,8 +28,8 @@ def decode_sliced_kernel(
     KEYS: tl.constexpr = BLOCK_N // SLICES  # a slice's keys per block
     HALF: tl.constexpr = BLOCK_D // 2
     b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1 = split_start(
-        q_ptr, rows_ptr, seq_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF, BLOCK_N,
-        F16_DOTS)
+        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF,
+        BLOCK_N, F16_DOTS, HAS_ORDER)
     q0 = tl.broadcast_to(q0[None, :, :], (SLICES, BLOCK_G, HALF))
     q1 = tl.broadcast_to(q1[None, :, :], (SLICES, BLOCK_G, HALF))
     m_i = tl.full([SLICES, BLOCK_G], float("-inf"), tl.float32)

@@ -82,6 +82,19 @@ def flashinfer_blocker(cfg: AttnConfig | None = None) -> str | None:
     return None
 
 
+# FlashInfer's FA2 kernels tile head_dim by 16 into at least four MMAs: a smaller head fails at its
+# first prefill ("Invalid configuration ... NUM_MMA_D_QK=1", measured on the H200 with head_dim 16)
+FLASHINFER_MIN_HEAD_DIM = 64
+
+
+def flashinfer_head_dim_blocker(head_dim: int) -> str | None:
+    """Why FlashInfer's kernels cannot serve heads of `head_dim`, or None."""
+    if head_dim >= FLASHINFER_MIN_HEAD_DIM and head_dim % 16 == 0:
+        return None
+    return (f"FlashInfer's kernels need head_dim a multiple of 16 and at least "
+            f"{FLASHINFER_MIN_HEAD_DIM}, not {head_dim}")
+
+
 def _prefill_module_prebuilt(cfg: AttnConfig) -> bool | None:
     """FlashInfer's own answer for the module `FlashInferBackend` plans (fa2, int32 indices, no
     RoPE, sliding window or soft cap); None where this FlashInfer has no such API."""
@@ -129,7 +142,8 @@ def _auto(device_type: str, cfg: AttnConfig | None = None,
     why = None
     if "flashinfer" in found:
         fp8_on_triton = kv_dtype is not None and is_fp8(kv_dtype) and "triton" in found
-        why = "over an FP8 KV cache Triton's prefill is the faster" if fp8_on_triton else flashinfer_blocker(cfg)
+        why = "over an FP8 KV cache Triton's prefill is the faster" if fp8_on_triton else (
+            (cfg is not None and flashinfer_head_dim_blocker(cfg.head_dim)) or flashinfer_blocker(cfg))
     if why:
         found.remove("flashinfer")
     return found[0], "triton" if "triton" in found else found[0], why

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
+from radixserve.attention.factory import flashinfer_head_dim_blocker
 from radixserve.attention.triton_backend import TritonBackend
 from radixserve_kernels.kv_quant import is_fp8
 
@@ -41,6 +42,8 @@ class FlashInferBackend(BaseAttnBackend):
         super().__init__(cfg)
         fi = _import_flashinfer()
         self._fallback = TritonBackend(cfg) if cfg.dtype == torch.float32 else None
+        if self._fallback is None and (why := flashinfer_head_dim_blocker(cfg.head_dim)):
+            raise ValueError(f"--attn flashinfer: {why}; use --attn triton")
         group = cfg.num_qo_heads // cfg.num_kv_heads
         self._tensor_cores = group >= 4  # FlashInfer's own advice: prefill kernels win at big GQA
         self._float_ws = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=cfg.device)

@@ -19,6 +19,7 @@ class TritonMetadata(NamedTuple):
     qo_start: torch.Tensor | None  # [bs] int32 first row of each request's tokens in q
     max_extend: int
     num_splits: int  # decode only
+    order: torch.Tensor | None = None  # decode only: launch order, longest request first
 
 
 @ATTN_BACKENDS.register("triton")
@@ -30,19 +31,24 @@ class TritonBackend(BaseAttnBackend):
         self._sms = device_sms(cfg.page_table)
         self._graph_rows: torch.Tensor | None = None
         self._graph_seq_lens: torch.Tensor | None = None
+        self._graph_order: torch.Tensor | None = None
 
     def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
         return True  # the kernels widen K/V to q's dtype and apply an FP8 cache's scales
 
-    def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor) -> TritonMetadata:
+    def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor,
+                         order: torch.Tensor | None) -> TritonMetadata:
         from radixserve_kernels import decode_num_splits
 
         splits = decode_num_splits(req_rows.shape[0], self.cfg.num_kv_heads, self._sms)
-        return TritonMetadata(req_rows, seq_lens, None, None, 1, splits)
+        return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order)
 
     def prepare(self, batch: Batch) -> None:
         if batch.is_decode:
-            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens)
+            from radixserve_kernels import decode_order
+
+            order = decode_order(batch.seq_lens)  # one sort a step, for all layers
+            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens, order)
             return
         ext = batch.extend_lens
         qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
@@ -60,7 +66,7 @@ class TritonBackend(BaseAttnBackend):
         if md.extend_lens is None:
             return decode_attention(
                 q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, cfg.scale,
-                num_splits=md.num_splits, **scales,
+                num_splits=md.num_splits, order=md.order, **scales,
             )
         return extend_attention(
             q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, md.extend_lens,
@@ -73,15 +79,21 @@ class TritonBackend(BaseAttnBackend):
         dev = self.cfg.device
         self._graph_rows = torch.zeros(max_bs, dtype=torch.int64, device=dev)
         self._graph_seq_lens = torch.ones(max_bs, dtype=torch.int32, device=dev)
+        self._graph_order = torch.arange(max_bs, dtype=torch.int64, device=dev)
 
     def _fill_static(self, batch: Batch) -> None:
+        from radixserve_kernels import decode_order
+
         assert batch.is_decode, "CUDA graphs capture decode batches only"
-        assert self._graph_rows is not None and self._graph_seq_lens is not None, "init_cuda_graph first"
+        assert self._graph_order is not None, "init_cuda_graph first"
         bs = batch.bs
         rows, seq_lens = self._graph_rows[:bs], self._graph_seq_lens[:bs]
         rows.copy_(batch.req_rows, non_blocking=True)
         seq_lens.copy_(batch.seq_lens, non_blocking=True)
-        batch.attn_metadata = self._decode_metadata(rows, seq_lens)
+        order = decode_order(seq_lens)  # before the replay, outside the graph
+        if order is not None:
+            order = self._graph_order[:bs].copy_(order)
+        batch.attn_metadata = self._decode_metadata(rows, seq_lens, order)
 
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)

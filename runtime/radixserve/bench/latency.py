@@ -11,38 +11,57 @@ from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
 
 
-def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int,
-                   profile_dir: str | None = None,
-                   breakdown: dict[str, float] | None = None) -> float:
-    """Mean ms per decode step of `bs` requests; under `profile_dir`, `steps` more steps run
-    under the profiler afterwards (bench/profile.py), so its overhead (tens of ms per step on a
-    GPU) stays out of the figure. A `breakdown` dict is filled with `steps` more eager steps'
-    time by layer part (bench/breakdown.py), also after the timed ones."""
+def _decode_batch(sched: Scheduler, bs: int, input_len: int, max_tokens: int, uid0: int) -> None:
+    """`bs` requests of `input_len` random tokens, prefilled, then decoding: the overlap pipeline
+    settled on pure decode steps, and the device idle."""
     g = torch.Generator().manual_seed(bs)
-    runs = 1 + bool(profile_dir) + (breakdown is not None)  # timed, profiled, broken down
     for i in range(bs):
         ids = torch.randint(1, min(1000, sched.vocab_size), (input_len,), generator=g).tolist()
-        sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=runs * steps + 8, ignore_eos=True))
+        sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     while sched.waiting or any(not r.prefill_done for r in sched.running):
         sched.step()
-    for _ in range(4):  # settle the overlap pipeline on pure decode
+    for _ in range(4):
         sched.step()
-    sync = torch.cuda.synchronize if sched.device.type == "cuda" else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        sched.step()
-    sync()
-    ms = (time.perf_counter() - start) * 1000 / steps
-    if profile_dir:
-        with maybe_profile(profile_dir, f"decode-bs{bs}", steps, sched.device.type == "cuda"):
-            for _ in range(steps):
-                sched.step()
-            sync()
-    if breakdown is not None:
-        breakdown.update(step_breakdown(sched, steps))
+    _sync(sched)
+
+
+def _end_batch(sched: Scheduler) -> None:
     for r in list(sched.running):
         sched.abort(r.uid)
     while sched.has_work:
         sched.step()
+
+
+def _sync(sched: Scheduler) -> None:
+    if sched.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int) -> float:
+    """Mean ms per decode step of `bs` requests past a prompt of `input_len` tokens."""
+    _decode_batch(sched, bs, input_len, steps + 8, uid0)
+    start = time.perf_counter()
+    for _ in range(steps):
+        sched.step()
+    _sync(sched)
+    ms = (time.perf_counter() - start) * 1000 / steps
+    _end_batch(sched)
     return ms
+
+
+def decode_step_detail(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int,
+                       profile_dir: str | None = None, breakdown: bool = False) -> dict[str, float] | None:
+    """`steps` decode steps of such a batch under the profiler (with `profile_dir`;
+    bench/profile.py), then with `breakdown` as many eager steps timed by layer part
+    (bench/breakdown.py), whose table is returned (else None). Run after every
+    timed batch size: on the H200 a batch timed after another's breakdown took 5.20 ms a step
+    where it takes 4.77 (batch 256, FP8 cache), so neither may run before a timed figure."""
+    _decode_batch(sched, bs, input_len, 2 * steps + 8, uid0)
+    if profile_dir:
+        with maybe_profile(profile_dir, f"decode-bs{bs}", steps, sched.device.type == "cuda"):
+            for _ in range(steps):
+                sched.step()
+            _sync(sched)
+    parts = step_breakdown(sched, steps) if breakdown else None
+    _end_batch(sched)
+    return parts

@@ -53,10 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
     lat.add_argument("--profile", default=None, metavar="DIR",
-                     help="after the timed steps of each batch size, profile as many more: a Chrome trace per batch "
+                     help="after every batch size is timed, profile as many steps of each: a Chrome trace per batch "
                           "size in DIR and the top kernels (CPU ops on CPU) per step")
     lat.add_argument("--breakdown", action="store_true",
-                     help="after the timed steps of each batch size, run as many eager steps and print "
+                     help="after every batch size is timed, run as many eager steps of each and print "
                           "the forward's time by layer part (GPU time from CUDA events; wall clock on CPU)")
     lat.set_defaults(func=run_latency)
 
@@ -136,7 +136,7 @@ def run_latency(args: argparse.Namespace) -> int:
     import torch
 
     from radixserve.bench.breakdown import format_breakdown
-    from radixserve.bench.latency import decode_step_ms
+    from radixserve.bench.latency import decode_step_detail, decode_step_ms
     from radixserve.bench.offline import allreduce_desc
     from radixserve.distributed.allreduce_choice import ENV
     from radixserve.scheduler.tp_launch import scheduler_group
@@ -154,10 +154,13 @@ def run_latency(args: argparse.Namespace) -> int:
                   f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
                   f"{'on' if sched.overlap else 'off'}", flush=True)
             for i, bs in enumerate(args.batch_sizes):
-                parts: dict[str, float] | None = {} if args.breakdown else None
-                ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000,
-                                    profile_dir=args.profile, breakdown=parts)
+                ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
                 print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
+            for i, bs in enumerate(args.batch_sizes if args.profile or args.breakdown else []):
+                print(f"batch {bs:>4}, more steps after every timed batch size:", flush=True)
+                parts = decode_step_detail(sched, bs, args.input_len, args.steps,
+                                           uid0=(len(args.batch_sizes) + i) * 100_000,
+                                           profile_dir=args.profile, breakdown=args.breakdown)
                 if parts is not None:
                     print(format_breakdown(parts, sched.device.type == "cuda"), flush=True)
             del sched
