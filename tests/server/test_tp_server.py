@@ -27,6 +27,16 @@ def tp_server(tiny_model, tmp_path, monkeypatch):
     srv.stop()
 
 
+def _rank1_pid(srv: ServerProcess, timeout: float = 30.0) -> int:
+    """Rank 1's pid from its "ready" line, which it logs after its last step in the group's
+    start: a moment after the server answers /health (seen on a loaded 2-core CI machine)."""
+    deadline = time.monotonic() + timeout
+    while not (m := re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", srv.log())):
+        assert time.monotonic() < deadline, "rank 1 logs its pid"
+        time.sleep(0.1)
+    return int(m.group(1))
+
+
 def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:
     ref = LLM(str(tiny_model), dtype="float32", device="cpu").generate(
         PROMPTS, SamplingParams(max_tokens=10, ignore_eos=True))
@@ -37,9 +47,7 @@ def test_tp2_server_matches_tp1_tokens(tp_server, tiny_model) -> None:
 
 
 def test_killing_rank1_exits_server_nonzero(tp_server) -> None:
-    m = re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", tp_server.log())
-    assert m, "rank 1 logs its pid"
-    os.kill(int(m.group(1)), signal.SIGKILL)
+    os.kill(_rank1_pid(tp_server), signal.SIGKILL)
     t0 = time.monotonic()
     code = tp_server.proc.wait(timeout=30)
     assert code != 0 and time.monotonic() - t0 < 30
@@ -49,7 +57,7 @@ def test_killing_rank1_exits_server_nonzero(tp_server) -> None:
 def test_sigterm_stops_tp_server_cleanly(tp_server, tmp_path) -> None:
     body = {"input_ids": PROMPTS[0], "sampling_params": {"max_tokens": 4, "ignore_eos": True}}
     assert httpx.post(f"{tp_server.base}/generate", json=body, timeout=60).status_code == 200
-    follower = int(re.search(r"tensor-parallel rank 1 ready \(pid (\d+)\)", tp_server.log()).group(1))
+    follower = _rank1_pid(tp_server)
     assert tp_server.stop() == 0, tp_server.log()[-3000:]
     log = tp_server.log()
     assert "Traceback" not in log, log[-3000:]
