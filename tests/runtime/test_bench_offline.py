@@ -91,3 +91,27 @@ def test_compare_kv_dtype_runs_both_caches(tiny_ckpts, capsys) -> None:
 def test_shared_prefix_refuses_the_other_comparisons(tiny_ckpts) -> None:
     with pytest.raises(SystemExit, match="--shared-prefix compares"):
         main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--shared-prefix", "16", "--ablate"])
+
+
+def test_repeat_compares_medians_of_fresh_runs(tiny_ckpts, capsys) -> None:
+    """`--repeat 3`: each configuration timed three times, each in its own engine (its own
+    description line), and the ratio taken between the medians."""
+    argv = [*ARGS, "--model", str(tiny_ckpts["qwen3"]), "--kv-cache-dtype", "fp8_e4m3",
+            "--compare-kv-dtype", "auto", "--baseline", "none", "--repeat", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for label, kv in (("radixserve", "kv fp8_e4m3"), ("radixserve kv-cache auto", "kv float32")):
+        runs = [float(v) for v in re.findall(rf"^{re.escape(label)}\s+([\d.]+) output tok/s.*{kv}",
+                                             out, re.MULTILINE)]
+        assert len(runs) == 3
+        median = tok_s(out, f"{label} (median)")
+        assert median == pytest.approx(sorted(runs)[1], abs=0.06)
+        assert f"of 3 runs: {min(runs):.1f} to {max(runs):.1f}" in out
+    fp8, plain = tok_s(out, "radixserve (median)"), tok_s(out, "radixserve kv-cache auto (median)")
+    ratio = float(re.search(r"ratio --kv-cache-dtype\s+([\d.]+)x", out).group(1))
+    assert ratio == pytest.approx(fp8 / plain, rel=0.01)
+
+
+def test_repeat_must_be_positive(tiny_ckpts) -> None:
+    with pytest.raises(SystemExit, match="--repeat must be at least 1, got 0"):
+        main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--repeat", "0"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 
 from radixserve.config import KV_CACHE_DTYPE_CHOICES, add_engine_args
 
@@ -22,6 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--baseline-batch-size", type=int, default=64)
     off.add_argument("--ablate", action="store_true", help="rerun without overlap, CUDA graphs, radix cache")
     off.add_argument("--warmup", type=int, default=16, help="requests run before the timed region")
+    off.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="time each configuration N times, each in a fresh engine, and compare their "
+                          "medians (on the H200 one configuration's runs minutes apart spread by up to 6%%)")
     off.add_argument("--compare-kv-dtype", default=None, metavar="DTYPE",
                      choices=KV_CACHE_DTYPE_CHOICES,
                      help="rerun with this --kv-cache-dtype, same requests; print both")
@@ -259,15 +263,17 @@ def run_offline(args: argparse.Namespace) -> int:
 
     path = resolve_model_path(eng.model)
     vocab = AutoConfig.from_pretrained(path).vocab_size
+    if args.repeat < 1:
+        raise SystemExit(f"bench: --repeat must be at least 1, got {args.repeat}")
     if args.shared_prefix is not None:
         from radixserve.bench.shared_prefix import run_shared_prefix
 
         if args.shared_prefix < 1:
             raise SystemExit("bench: --shared-prefix must be at least 1")
         if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
-                or args.allreduce):
+                or args.allreduce or args.repeat > 1):
             raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run "
-                             "--ablate, --compare-* and --allreduce without it")
+                             "--ablate, --compare-*, --allreduce and --repeat without it")
         suffix = tuple(args.input_len or (32, 128))
         run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
         return 0
@@ -288,10 +294,15 @@ def run_offline(args: argparse.Namespace) -> int:
             print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
 
         try:
-            tps, _ = bench_config(e, s, reqs, args.warmup, report, json_schema)
+            runs = [bench_config(e, s, reqs, args.warmup, report, json_schema)[0]
+                    for _ in range(args.repeat)]
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        tps = statistics.median(runs)
+        if len(runs) > 1:
+            print(f"{label + ' (median)':<28} {tps:>10.1f} output tok/s   [of {len(runs)} runs: "
+                  f"{min(runs):.1f} to {max(runs):.1f}]", flush=True)
         return tps
 
     from radixserve.distributed.allreduce_choice import ENV
