@@ -44,6 +44,7 @@ def decode_num_splits(bs: int, num_kv_heads: int, num_sms: int) -> int:
     return min(16, 1 << max(target, 1).bit_length() - 1)
 
 
+MAX_DECODE_BS = 65535  # the requests are the grid's third axis, which CUDA caps there
 ORDER_MIN_BS = 64  # fewer requests' programs start in about one wave: their order cannot matter
 
 
@@ -123,6 +124,8 @@ def decode_attention(
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if bs == 0:
         return out
+    if bs > MAX_DECODE_BS:
+        raise ValueError(f"decode_attention takes at most {MAX_DECODE_BS} requests a call, got {bs}")
     # with one split the kernel writes `out` itself and these stay unused
     mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)

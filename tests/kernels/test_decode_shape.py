@@ -53,3 +53,17 @@ def test_decode_order_is_longest_first_from_64_requests() -> None:
     assert ranked == sorted(ranked, reverse=True)
     ties = [i for i in order.tolist() if lens[i] == ranked[0]]
     assert ties == sorted(ties)
+
+
+def test_more_requests_than_the_grid_holds_is_a_clear_error() -> None:
+    """The requests are the launch grid's third axis (at most 65,535 in CUDA): more is refused
+    before any launch, not a CUDA launch failure."""
+    from radixserve_kernels import decode_attention
+
+    bs = 65_536
+    q = torch.zeros(bs, 2, 16)
+    cache = torch.zeros(4, 1, 16)
+    ones = torch.ones(bs, dtype=torch.int32)
+    with pytest.raises(ValueError, match="at most 65535 requests a call, got 65536"):
+        decode_attention(q, cache, cache, torch.zeros(1, 4, dtype=torch.int32),
+                         torch.zeros(bs, dtype=torch.int64), ones, 0.25)
