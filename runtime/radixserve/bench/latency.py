@@ -53,9 +53,9 @@ def decode_step_detail(sched: Scheduler, bs: int, input_len: int, steps: int, ui
                        profile_dir: str | None = None, breakdown: bool = False) -> dict[str, float] | None:
     """`steps` decode steps of such a batch under the profiler (with `profile_dir`;
     bench/profile.py), then with `breakdown` as many eager steps timed by layer part
-    (bench/breakdown.py), whose table is returned (else None). Run after every
-    timed batch size: on the H200 a batch timed after another's breakdown took 5.20 ms a step
-    where it takes 4.77 (batch 256, FP8 cache), so neither may run before a timed figure."""
+    (bench/breakdown.py), whose table is returned (else None). Run it after every timed batch
+    size, on its own requests. On the H200, batch 256 timed after batch 1's breakdown, with
+    requests made longer for the breakdown, took 5.20 ms a step where it takes 4.77 (FP8 cache)."""
     _decode_batch(sched, bs, input_len, 2 * steps + 8, uid0)
     if profile_dir:
         with maybe_profile(profile_dir, f"decode-bs{bs}", steps, sched.device.type == "cuda"):
