@@ -76,8 +76,8 @@ def test_instructions_and_messages_are_the_chat_conversation(client) -> None:
 
 
 @pytest.mark.parametrize("field,value", [("previous_response_id", "resp_1"), ("background", True),
-                                         ("tools", [{"type": "function", "name": "f"}])])
-def test_what_needs_stored_state_or_tools_is_a_400(client, field: str, value) -> None:
+                                         ("conversation", "conv_1")])
+def test_what_needs_stored_state_is_a_400(client, field: str, value) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model="tiny", input=STORY, **{field: value})
     assert e.value.body["param"] == field

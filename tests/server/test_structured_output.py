@@ -329,3 +329,65 @@ def test_responses_text_format_follows_the_schema(client, model) -> None:
         client.responses.create(model=model, input="hi", max_output_tokens=4, text={"format": {
             "type": "json_schema", "name": "bad", "schema": {"type": "object", "properties": 3}}})
     assert e.value.body["param"] == "text.format.schema", e.value.body
+
+
+def _response_calls(r) -> list[tuple[str, str]]:
+    return [(o.name, o.arguments) for o in r.output if o.type == "function_call"]
+
+
+def test_responses_function_calls_equal_chats(client, model) -> None:
+    """`/v1/responses` with `tools` (the Responses shape: the definition beside `type`): forced
+    calls come back as `function_call` items equal to chat's `tool_calls` for the same
+    conversation (greedy), streamed through the SDK helper and not, with their arguments valid;
+    the call's result, given back as `function_call_output`, is the chat's tool turn."""
+    question = "What will the weather be in Tokyo for the next three days?"
+    for choice, chat_choice in (("required", "required"),
+                                ({"type": "function", "name": "get_weather"},
+                                 {"type": "function", "function": {"name": "get_weather"}})):
+        chat = client.chat.completions.create(
+            model=model, messages=[SYSTEM, {"role": "user", "content": question}], tools=TOOLS,
+            tool_choice=chat_choice, parallel_tool_calls=False, max_tokens=MAX_TOKENS, temperature=0)
+        assert chat.choices[0].finish_reason == "tool_calls"
+        want = [(c.function.name, c.function.arguments) for c in chat.choices[0].message.tool_calls]
+        kw = {"model": model, "instructions": SYSTEM["content"], "input": question,
+              "tools": [{"type": "function", **f} for f in FUNCTIONS], "tool_choice": choice,
+              "parallel_tool_calls": False, "max_output_tokens": MAX_TOKENS, "temperature": 0}
+        r = client.responses.create(**kw)
+        assert _response_calls(r) == want and r.status == "completed", r.output
+        assert all(o.type == "function_call" and o.call_id.startswith("call_") for o in r.output)
+        jsonschema.validate(json.loads(want[0][1]), next(f for f in FUNCTIONS if f["name"] == want[0][0])["parameters"])
+        assert [t.name for t in r.tools] == [f["name"] for f in FUNCTIONS]
+        with client.responses.stream(**kw) as s:
+            events = list(s)
+            final = s.get_final_response()
+        assert _response_calls(final) == want
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        assert deltas == "".join(a for _, a in want)
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+    args = '{"city": "Paris", "days": 1}'
+    result = '{"forecast": "sunny", "high_c": 24}'
+    chat = client.chat.completions.create(model=model, tools=TOOLS, max_tokens=8, temperature=0, messages=[
+        SYSTEM, {"role": "user", "content": "Weather in Paris tomorrow?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": result}])
+    r = client.responses.create(model=model, instructions=SYSTEM["content"], max_output_tokens=8, temperature=0,
+                                tools=[{"type": "function", **f} for f in FUNCTIONS], input=[
+        {"role": "user", "content": "Weather in Paris tomorrow?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": args},
+        {"type": "function_call_output", "call_id": "call_1", "output": result}])
+    assert r.output_text == chat.choices[0].message.content and r.usage.input_tokens == chat.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("kw,param", [
+    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": 5}}]}, "tools.0.parameters"),
+    ({"tools": [{"type": "function", **WEATHER}], "tool_choice": {"type": "function", "name": "nope"}},
+     "tool_choice.name"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", **WEATHER}], "tool_choice": "required",
+      "text": {"format": {"type": "json_object"}}}, "text.format"),
+])
+def test_responses_bad_tools_are_400_naming_the_field(client, model, kw: dict, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=model, input="hi", max_output_tokens=4, **kw)
+    assert e.value.body["param"] == param, e.value.body

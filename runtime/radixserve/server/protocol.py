@@ -250,6 +250,41 @@ class ResponseInputMessage(_Strict):
     content: Text | list[ResponseInputText]
 
 
+class ResponseFunctionCall(_Strict):
+    """An earlier turn's function call, given back in `input` (as the Responses API returns it)."""
+
+    type: Literal["function_call"]
+    call_id: Text
+    name: Name
+    arguments: Text
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ResponseFunctionCallOutput(_Strict):
+    """The caller's result of a function call, in `input`."""
+
+    type: Literal["function_call_output"]
+    call_id: Text
+    output: Text
+    id: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+ResponseInputItem = ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput
+
+
+class ResponseFunctionTool(FunctionDefinition):
+    """A Responses API function tool: chat's `function` definition, flattened in beside `type`."""
+
+    type: Literal["function"]
+
+
+class ResponseNamedToolChoice(_Strict):
+    type: Literal["function"]
+    name: Text
+
+
 class ResponseTextFormat(JsonSchemaFormat):
     """`text.format`: plain text, any JSON object, or JSON following `schema` (the fields of
     chat's `response_format.json_schema`, flattened in beside `type`)."""
@@ -266,7 +301,7 @@ class ResponsesRequest(_Strict):
     """OpenAI's `/v1/responses`, for text (server/responses_api.py)."""
 
     model: Text | None = None
-    input: Text | list[ResponseInputMessage] = Field(min_length=1)
+    input: Text | list[ResponseInputItem] = Field(min_length=1)
     instructions: Text | None = None
     max_output_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(None, ge=0.0, le=100.0)
@@ -275,8 +310,10 @@ class ResponsesRequest(_Strict):
     store: bool = True  # OpenAI's default; this server stores nothing (see the module's note)
     metadata: dict[str, Text] | None = Field(None, max_length=16)
     text: ResponseText | None = None
-    # refused when set: they need stored state or tools
+    tools: list[ResponseFunctionTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | ResponseNamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # refused when set: they need stored state
     previous_response_id: Text | None = None
     conversation: Any = None
     background: bool = False
-    tools: list[Any] | None = None

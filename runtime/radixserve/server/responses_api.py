@@ -1,13 +1,16 @@
-"""`/v1/responses`: OpenAI's Responses API, for text. The input (a string, or messages whose
-content is a string or text parts) goes through the chat template like a chat request, with
-`instructions` as the system message first; the answer comes back as one `message` output item,
-after a `reasoning` item holding the thinking when the server runs a `--reasoning-parser`;
-`text.format` constrains it as the chat route's `response_format` does.
+"""`/v1/responses`: OpenAI's Responses API, for text and function tools. The input (a string, or
+items: messages whose content is a string or text parts, earlier `function_call`s and their
+`function_call_output`s) goes through the chat template like a chat request, with `instructions`
+as the system message first; the answer comes back as a `message` output item, after a
+`reasoning` item holding the thinking when the server runs a `--reasoning-parser`, and one
+`function_call` item per call. `tools`, `tool_choice` and `parallel_tool_calls` work as on the
+chat route (server/tools.py), and `text.format` constrains the text as chat's `response_format`.
 Streamed, it is the Responses event sequence (`response.created` ... `response.completed`, each
-event with its `sequence_number`). Nothing is stored, so `previous_response_id`, `background`,
-`conversation` and tools are refused with a 400 rather than silently ignored."""
+event with its `sequence_number`). Nothing is stored, so `previous_response_id`, `background`
+and `conversation` are refused with a 400 rather than silently ignored."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -29,9 +32,15 @@ from radixserve.server.openai_api import (
     reasoning_parser,
     template_options,
 )
-from radixserve.server.protocol import ChatCompletionRequest, ResponsesRequest, SamplingFields
+from radixserve.server.protocol import (
+    ChatCompletionRequest,
+    ResponseFunctionCall,
+    ResponseFunctionCallOutput,
+    ResponsesRequest,
+    SamplingFields,
+)
 from radixserve.server.state import ServerState, StateDep
-from radixserve.server.tools import ToolPlan
+from radixserve.server.tools import plan_tools
 
 router = APIRouter()
 
@@ -40,7 +49,6 @@ _REFUSED = {
     "previous_response_id": "this server stores no responses: send the whole conversation as `input`",
     "conversation": "this server stores no conversations: send the whole conversation as `input`",
     "background": "background responses are not supported",
-    "tools": "tools are not supported on /v1/responses; use /v1/chat/completions",
 }
 
 
@@ -57,11 +65,29 @@ def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         messages.append({"role": "user", "content": req.input})
     else:
         for m in req.input:
-            content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content)
-            messages.append({"role": m.role, "content": content})
+            if isinstance(m, ResponseFunctionCall):  # calls after an assistant's text: one turn
+                call = {"id": m.call_id, "type": "function",
+                        "function": {"name": m.name, "arguments": m.arguments}}
+                if messages and messages[-1]["role"] == "assistant":  # the same turn's text or calls
+                    messages[-1].setdefault("tool_calls", []).append(call)
+                else:
+                    messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            elif isinstance(m, ResponseFunctionCallOutput):
+                messages.append({"role": "tool", "tool_call_id": m.call_id, "content": m.output})
+            else:
+                content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content)
+                messages.append({"role": m.role, "content": content})
     # vLLM's way: the chat's other sampling fields (top_k, seed, stop, ignore_eos, ...) as extras
     extras = {k: v for k, v in (req.model_extra or {}).items() if k in _CHAT_SAMPLING}
-    fields: dict[str, Any] = extras | {"model": req.model, "messages": messages, "stream": req.stream}
+    fields: dict[str, Any] = extras | {"model": req.model, "messages": messages, "stream": req.stream,
+                                       "parallel_tool_calls": req.parallel_tool_calls}
+    if req.tools is not None:  # chat's shape: the definition under `function`
+        fields["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
+                           for t in req.tools]
+    if isinstance(req.tool_choice, str):
+        fields["tool_choice"] = req.tool_choice
+    elif req.tool_choice is not None:
+        fields["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
     given = req.model_fields_set  # the sampling defaults apply to what the request leaves out
     for ours, chat in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
                        ("top_p", "top_p")):
@@ -76,12 +102,16 @@ class _Shape:
     def __init__(self, state: ServerState, req: ResponsesRequest) -> None:
         self.id = f"resp_{uuid.uuid4().hex}"
         self.msg_id, self.rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
+        self.call_ids: dict[str, str] = {}  # a call's call_id -> its item's id
         self.created = int(time.time())
         self.head = {"id": self.id, "object": "response", "created_at": self.created,
                      "model": state.model_name, "instructions": req.instructions,
                      "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
-                     "temperature": req.temperature, "top_p": req.top_p, "tools": [],
-                     "tool_choice": "auto", "parallel_tool_calls": True, "store": False,
+                     "temperature": req.temperature, "top_p": req.top_p,
+                     "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+                     "tool_choice": (req.tool_choice.model_dump() if req.tool_choice is not None
+                                     and not isinstance(req.tool_choice, str) else req.tool_choice or "auto"),
+                     "parallel_tool_calls": req.parallel_tool_calls, "store": False,
                      "text": _text_config(req), "error": None}
 
     def reasoning(self, text: str, status: str = "completed") -> dict:
@@ -92,6 +122,13 @@ class _Shape:
         content = [] if text is None else [_text_part(text)]
         return {"type": "message", "id": self.msg_id, "status": status, "role": "assistant",
                 "content": content}
+
+    def call(self, call: dict, status: str = "completed") -> dict:
+        """A `function_call` item of a chat tool call (its id is the item's `call_id`)."""
+        fn = call["function"]
+        item_id = self.call_ids.setdefault(call["id"], f"fc_{uuid.uuid4().hex}")
+        return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": fn["name"],
+                "arguments": fn["arguments"], "status": status}
 
     def response(self, status: str, output: list[dict], c: Choice | None) -> dict:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -123,9 +160,13 @@ def _status(finish_reason: str | None) -> str:
 
 
 def _output(shape: _Shape, out: ChatOutput, status: str) -> list[dict]:
+    """The reasoning (if any), the message (unless only calls came), then each call."""
     msg = out.message()
     items = [shape.reasoning(msg["reasoning_content"])] if msg.get("reasoning_content") else []
-    return items + [shape.message(msg["content"] or "", status)]
+    calls = msg.get("tool_calls") or []
+    if msg["content"] or not calls:
+        items.append(shape.message(msg["content"] or "", status))
+    return items + [shape.call(c) for c in calls]
 
 
 def _constraint(req: ResponsesRequest) -> Constraint | None:
@@ -142,13 +183,21 @@ def _constraint(req: ResponsesRequest) -> Constraint | None:
 async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     chat = _chat_request(req)
+    try:
+        plan = plan_tools(chat, state.tool_parser)
+    except APIError as e:  # the field as this route names it: no `function` level
+        raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
     grammar = _constraint(req)
+    if plan.forced and grammar is not None:  # the call's arguments are the constrained output
+        raise APIError(400, f"text.format cannot be combined with tool_choice {plan.mode}", "text.format")
+    grammar = plan.constraint or grammar
+    plan = dataclasses.replace(plan, reasoning=reasoning_parser(state, grammar))
     limit = chat.max_tokens
     names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
                           grammar, state.sampling_defaults)
-    prompts = [Prompt(chat=chat_messages(chat.messages), **template_options(chat.messages, True, False, None))]
-    plan = ToolPlan("none", reasoning=reasoning_parser(state, grammar))
+    prompts = [Prompt(chat=chat_messages(chat.messages), tools=plan.tools_json,
+                      **template_options(chat.messages, True, False, None))]
     d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)
     shape = _Shape(state, req)
     if not req.stream:
@@ -170,14 +219,16 @@ def _event(seq: Iterator[int], kind: str, **fields: Any) -> str:
 
 
 async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: ChatOutput) -> AsyncIterator[str]:
-    """The Responses events: the reasoning item (if any) streams first, then the message item;
-    each item opens, streams its text, and closes before the next opens."""
+    """The Responses events: the reasoning item (if any) streams first, then the message item,
+    then each function call; each item opens, streams its text (a call: its arguments), and
+    closes before the next opens."""
     seq = itertools.count()
     c = Choice(0)
     yield _event(seq, "response.created", response=shape.response("in_progress", [], None))
     yield _event(seq, "response.in_progress", response=shape.response("in_progress", [], None))
     items: list[dict] = []  # the closed items
-    open_kind: str | None = None  # "reasoning" | "message"
+    open_kind: str | None = None  # "reasoning" | "message" | "call"
+    call: dict | None = None  # the open call, as the chat output holds it
     text = ""
 
     def close(status: str) -> list[str]:
@@ -188,6 +239,13 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
             return [_event(seq, "response.reasoning_text.done", item_id=shape.rs_id, output_index=idx,
                            content_index=0, text=text),
                     _event(seq, "response.output_item.done", output_index=idx, item=item)]
+        if open_kind == "call":
+            assert call is not None
+            item = shape.call(call)
+            items.append(item)
+            return [_event(seq, "response.function_call_arguments.done", item_id=item["id"],
+                           output_index=idx, name=item["name"], arguments=item["arguments"]),
+                    _event(seq, "response.output_item.done", output_index=idx, item=item)]
         item = shape.message(text, status)
         items.append(item)
         return [_event(seq, "response.output_text.done", item_id=shape.msg_id, output_index=idx,
@@ -196,14 +254,18 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                        content_index=0, part=_text_part(text)),
                 _event(seq, "response.output_item.done", output_index=idx, item=item)]
 
-    def switch(kind: str) -> list[str]:
+    def switch(kind: str, new_call: dict | None = None) -> list[str]:
         """Close the open item (if any), open a `kind` one."""
-        nonlocal open_kind, text
+        nonlocal open_kind, text, call
         events = close("completed") if open_kind is not None else []
-        open_kind, text, idx = kind, "", len(items)
+        open_kind, text, call, idx = kind, "", new_call, len(items)
         if kind == "reasoning":
             return events + [_event(seq, "response.output_item.added", output_index=idx,
                                     item=shape.reasoning("", "in_progress") | {"content": []})]
+        if kind == "call":
+            assert new_call is not None
+            return events + [_event(seq, "response.output_item.added", output_index=idx,
+                                    item=shape.call(new_call, "in_progress") | {"arguments": ""})]
         return events + [_event(seq, "response.output_item.added", output_index=idx,
                                 item=shape.message(None, "in_progress")),
                          _event(seq, "response.content_part.added", item_id=shape.msg_id,
@@ -213,6 +275,18 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
         async for _, r in d.events(first, raw):
             c.add(r)
             for delta in out.feed(r.text, final=r.finished):
+                if "tool_calls" in delta:
+                    tc = delta["tool_calls"][0]
+                    if "id" in tc:  # a call starts
+                        for e in switch("call", out.calls[tc["index"]]):
+                            yield e
+                    piece = tc["function"].get("arguments", "")
+                    if piece:
+                        yield _event(seq, "response.function_call_arguments.delta",
+                                     item_id=shape.call_ids[out.calls[tc["index"]]["id"]],
+                                     output_index=len(items),
+                                     delta=piece)
+                    continue
                 kind, piece = (("reasoning", delta["reasoning_content"]) if "reasoning_content" in delta
                                else ("message", delta.get("content", "")))
                 if kind != open_kind:
@@ -225,8 +299,8 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                 yield _event(seq, name, item_id=item_id, output_index=len(items), content_index=0,
                              delta=piece, **extra)
         status = _status(c.finish_reason)
-        if open_kind != "message":  # no answer text at all: still one (empty) message item
-            for e in switch("message"):
+        if open_kind is None or (open_kind == "reasoning" and not out.calls):
+            for e in switch("message"):  # no answer and no call: still one (empty) message item
                 yield e
         for e in close(status):
             yield e
@@ -234,3 +308,4 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
         yield _event(seq, done, response=shape.response(status, items, c))
     except APIError as e:  # after the headers: an error event ends the stream
         yield _event(seq, "error", **error_body(e.status, e.message, e.param, e.code)["error"])
+
