@@ -67,7 +67,10 @@ def find_nvcc() -> str | None:
 def flashinfer_blocker(cfg: AttnConfig | None = None) -> str | None:
     """Why FlashInfer would fail at its first kernel here (it would have to compile it and
     cannot), or None. With `cfg`, also whether FlashInfer's AOT cache holds that config's FA2
-    paged-prefill module (64/128/256 head dims in 0.5.x), as FlashInfer's `JitSpec.is_aot` does."""
+    paged-prefill module (64/128/256 head dims in 0.5.x), as FlashInfer's `JitSpec.is_aot` does,
+    and whether its kernels can tile that config's heads at all."""
+    if cfg is not None and (why := flashinfer_head_dim_blocker(cfg.head_dim)):
+        return why
     if os.environ.get("FLASHINFER_DISABLE_JIT"):
         build = "FLASHINFER_DISABLE_JIT is set"
     elif find_nvcc() is None:
@@ -142,8 +145,7 @@ def _auto(device_type: str, cfg: AttnConfig | None = None,
     why = None
     if "flashinfer" in found:
         fp8_on_triton = kv_dtype is not None and is_fp8(kv_dtype) and "triton" in found
-        why = "over an FP8 KV cache Triton's prefill is the faster" if fp8_on_triton else (
-            (cfg is not None and flashinfer_head_dim_blocker(cfg.head_dim)) or flashinfer_blocker(cfg))
+        why = "over an FP8 KV cache Triton's prefill is the faster" if fp8_on_triton else flashinfer_blocker(cfg)
     if why:
         found.remove("flashinfer")
     return found[0], "triton" if "triton" in found else found[0], why

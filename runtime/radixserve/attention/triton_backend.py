@@ -37,18 +37,19 @@ class TritonBackend(BaseAttnBackend):
         return True  # the kernels widen K/V to q's dtype and apply an FP8 cache's scales
 
     def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor,
-                         order: torch.Tensor | None) -> TritonMetadata:
-        from radixserve_kernels import decode_num_splits
+                         order_buf: torch.Tensor | None = None) -> TritonMetadata:
+        """With `order_buf` (graphs), the launch order goes into it: the buffer a replay reads."""
+        from radixserve_kernels import decode_num_splits, decode_order
 
         splits = decode_num_splits(req_rows.shape[0], self.cfg.num_kv_heads, self._sms)
+        order = decode_order(seq_lens)  # one sort a step, for all layers
+        if order is not None and order_buf is not None:
+            order = order_buf[: order.shape[0]].copy_(order)
         return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order)
 
     def prepare(self, batch: Batch) -> None:
         if batch.is_decode:
-            from radixserve_kernels import decode_order
-
-            order = decode_order(batch.seq_lens)  # one sort a step, for all layers
-            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens, order)
+            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens)
             return
         ext = batch.extend_lens
         qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
@@ -82,18 +83,14 @@ class TritonBackend(BaseAttnBackend):
         self._graph_order = torch.arange(max_bs, dtype=torch.int64, device=dev)
 
     def _fill_static(self, batch: Batch) -> None:
-        from radixserve_kernels import decode_order
-
         assert batch.is_decode, "CUDA graphs capture decode batches only"
         assert self._graph_order is not None, "init_cuda_graph first"
         bs = batch.bs
         rows, seq_lens = self._graph_rows[:bs], self._graph_seq_lens[:bs]
         rows.copy_(batch.req_rows, non_blocking=True)
         seq_lens.copy_(batch.seq_lens, non_blocking=True)
-        order = decode_order(seq_lens)  # before the replay, outside the graph
-        if order is not None:
-            order = self._graph_order[:bs].copy_(order)
-        batch.attn_metadata = self._decode_metadata(rows, seq_lens, order)
+        # the sort runs here, before the replay, outside the graph
+        batch.attn_metadata = self._decode_metadata(rows, seq_lens, self._graph_order)
 
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)

@@ -72,6 +72,18 @@ def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | No
     return state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
 
 
+def output_grammar(state: ServerState, plan: ToolPlan, grammar: Constraint | None,
+                   field: str | None = None) -> tuple[ToolPlan, Constraint | None]:
+    """The grammar a chat-like request runs under, a forced tool call's or its own `grammar`
+    (never both: a 400 naming `field`, by default the grammar's top-level field), and the tool
+    plan with the reasoning parser for it."""
+    if plan.forced and grammar is not None:  # the call's arguments are the constrained output
+        field = field or grammar.field.split(".")[0]
+        raise APIError(400, f"{field} cannot be combined with tool_choice {plan.mode}", field)
+    grammar = plan.constraint or grammar
+    return dataclasses.replace(plan, reasoning=reasoning_parser(state, grammar)), grammar
+
+
 # apply_chat_template's own arguments: a template variable must not replace one of them
 _TEMPLATE_ARGUMENTS = frozenset({
     "conversation", "messages", "tools", "documents", "chat_template", "tokenize", "padding",
@@ -285,12 +297,7 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
     plan = plan_tools(req, state.tool_parser)
-    grammar = request_constraint(req)
-    if plan.forced and grammar is not None:  # the call's arguments are the constrained output
-        field = grammar.field.split(".")[0]
-        raise APIError(400, f"{field} cannot be combined with tool_choice {plan.mode}", field)
-    grammar = plan.constraint or grammar
-    plan = dataclasses.replace(plan, reasoning=reasoning_parser(state, grammar))
+    plan, grammar = output_grammar(state, plan, request_constraint(req))
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}

@@ -10,7 +10,6 @@ event with its `sequence_number`). Nothing is stored, so `previous_response_id`,
 and `conversation` are refused with a 400 rather than silently ignored."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import time
@@ -29,7 +28,7 @@ from radixserve.server.openai_api import (
     build_params,
     chat_messages,
     check_model,
-    reasoning_parser,
+    output_grammar,
     template_options,
 )
 from radixserve.server.protocol import (
@@ -104,13 +103,13 @@ class _Shape:
         self.msg_id, self.rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
         self.call_ids: dict[str, str] = {}  # a call's call_id -> its item's id
         self.created = int(time.time())
+        choice = req.tool_choice or "auto"
         self.head = {"id": self.id, "object": "response", "created_at": self.created,
                      "model": state.model_name, "instructions": req.instructions,
                      "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
                      "temperature": req.temperature, "top_p": req.top_p,
                      "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
-                     "tool_choice": (req.tool_choice.model_dump() if req.tool_choice is not None
-                                     and not isinstance(req.tool_choice, str) else req.tool_choice or "auto"),
+                     "tool_choice": choice if isinstance(choice, str) else choice.model_dump(),
                      "parallel_tool_calls": req.parallel_tool_calls, "store": False,
                      "text": _text_config(req), "error": None}
 
@@ -187,11 +186,7 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
         plan = plan_tools(chat, state.tool_parser)
     except APIError as e:  # the field as this route names it: no `function` level
         raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
-    grammar = _constraint(req)
-    if plan.forced and grammar is not None:  # the call's arguments are the constrained output
-        raise APIError(400, f"text.format cannot be combined with tool_choice {plan.mode}", "text.format")
-    grammar = plan.constraint or grammar
-    plan = dataclasses.replace(plan, reasoning=reasoning_parser(state, grammar))
+    plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
     limit = chat.max_tokens
     names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
@@ -282,9 +277,9 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                             yield e
                     piece = tc["function"].get("arguments", "")
                     if piece:
+                        assert call is not None  # a call's arguments follow its start
                         yield _event(seq, "response.function_call_arguments.delta",
-                                     item_id=shape.call_ids[out.calls[tc["index"]]["id"]],
-                                     output_index=len(items),
+                                     item_id=shape.call_ids[call["id"]], output_index=len(items),
                                      delta=piece)
                     continue
                 kind, piece = (("reasoning", delta["reasoning_content"]) if "reasoning_content" in delta
@@ -299,7 +294,7 @@ async def _stream(d: Dispatch, first: Any, raw: Request, shape: _Shape, out: Cha
                 yield _event(seq, name, item_id=item_id, output_index=len(items), content_index=0,
                              delta=piece, **extra)
         status = _status(c.finish_reason)
-        if open_kind is None or (open_kind == "reasoning" and not out.calls):
+        if open_kind in (None, "reasoning"):  # (calls, when any, come last)
             for e in switch("message"):  # no answer and no call: still one (empty) message item
                 yield e
         for e in close(status):
