@@ -54,6 +54,12 @@ def _pdl_capable(device_index: int) -> bool:
     return not interpreting() and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
+@functools.cache
+def fp8_mma_capable(device_index: int) -> bool:
+    """FP8 tensor-core dots (Ada, Hopper and later)."""
+    return torch.cuda.get_device_capability(device_index) >= (8, 9)
+
+
 def pdl_args(t: torch.Tensor) -> dict[str, bool]:
     """The launch arguments of a decode-path kernel on `t`'s device: programmatic dependent
     launch (`_jit/pdl.py`) on Hopper and later, where a batch-1 decode step is ~280 small kernels

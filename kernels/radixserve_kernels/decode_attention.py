@@ -14,7 +14,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import device_sms, dot_precision, next_pow2, pdl_args
+from radixserve_kernels._utils import (
+    device_sms,
+    dot_precision,
+    fp8_mma_capable,
+    next_pow2,
+    pdl_args,
+)
 from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv, is_fp8
 
 
@@ -62,25 +68,32 @@ def decode_order(seq_lens: torch.Tensor) -> torch.Tensor | None:
 class DecodeShape(NamedTuple):
     """A decode launch's shape: keys per block, pipeline stages, warps, and whether each warp
     takes its own slice of every block (`decode_sliced_kernel`) or all share it (the split
-    kernel)."""
+    kernel); `fp8_qk` (sliced only): the QK dots read an e4m3 cache's keys as they are, against
+    q split into two e4m3 parts (`fp8_qk_dots` says when the launcher may)."""
     block_n: int
     stages: int
     warps: int
     sliced: bool
+    fp8_qk: bool = False
 
 
-def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -> DecodeShape:
+def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int,
+                        fp8_qk: bool = False) -> DecodeShape:
     """The launch shape, from sweeps of both kernels on the H200 at the offline benchmark's mixes
     of lengths (`elem_bytes` q's, `kv_bytes` the cache's). An FP8 cache under a 16-bit q at 16 or
     more requests: the sliced kernel, 64-key blocks over 2 warps at 64 and at 256 requests (69
     and 201 µs), 32 keys on 1 warp at 128 (112 µs) and at 16 (24 µs; 32 requests take 16's shape
-    untimed). Fewer requests, and 16-bit caches, keep the split kernel: FP8 128-key blocks three
-    deep, 16-bit 128-key two deep at every batch (299 µs at 256, 80 at 64, 4.2 at one request).
-    Like the split count it depends only on the batch size's next power of two."""
+    untimed). Where the QK dots may read FP8 (`fp8_qk`, `fp8_qk_dots`), from 128 requests on
+    they do (FP8_QK_SHAPES). Fewer requests, and 16-bit caches, keep the split kernel: FP8
+    128-key blocks three deep, 16-bit 128-key two deep at every batch (299 µs at 256, 80 at 64,
+    4.2 at one request). Like the split count it depends only on the batch size's next power of
+    two."""
     if block_d > 128:
         return DecodeShape(32, 2, 4, False)
     if kv_bytes == 1 and elem_bytes == 2:
         n = next_pow2(bs)
+        if fp8_qk and n >= 128:
+            return FP8_QK_SHAPES[min(n, 256)]
         if n == 64 or n >= 256:
             return DecodeShape(64, 3, 2, True)
         if n == 128:
@@ -89,6 +102,20 @@ def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int) -
             return DecodeShape(32, 4, 1, True)
         return DecodeShape(128, 3, 4, False)
     return DecodeShape(128, 2, 4, False)
+
+
+# the FP8-key shapes by batch size's next power of two (256 stands for all above), from a
+# sweep on the H200 at 100-2,048 keys (docs/benchmarks.md)
+FP8_QK_SHAPES = {128: DecodeShape(64, 3, 2, True, True), 256: DecodeShape(32, 3, 1, True, True)}
+
+
+def fp8_qk_dots(q: torch.Tensor, kv_dtype: torch.dtype) -> bool:
+    """Whether the QK dots can take an e4m3 cache's keys as they are: q in bf16 (whose 8
+    significant bits two e4m3 parts hold exactly), head_dim over 32 (each dot takes half of it,
+    and an FP8 MMA 32 at least), on a GPU with FP8 MMA (sm89+) or in Triton's interpreter."""
+    if q.dtype != torch.bfloat16 or not is_fp8(kv_dtype) or q.shape[-1] <= 32:
+        return False
+    return not q.is_cuda or fp8_mma_capable(q.device.index or 0)
 
 
 def f16_dots(q_dtype: torch.dtype, kv_dtype: torch.dtype) -> bool:
@@ -130,12 +157,16 @@ def decode_attention(
     mid_o = torch.empty(bs, n_qh, num_splits, d, dtype=torch.float32, device=q.device)
     mid_lse = torch.empty(bs, n_qh, num_splits, dtype=torch.float32, device=q.device)
     block_d = max(32, next_pow2(d))  # the split kernel dots head_dim in halves of >= 16
+    fp8_qk = fp8_qk_dots(q, k_cache.dtype)
     if shape is None:  # (its shapes all give a slice a whole tile: tests/kernels/test_decode_shape.py)
-        shape = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size())
+        shape = decode_block_config(bs, block_d, q.element_size(), k_cache.element_size(), fp8_qk)
     elif shape.sliced and shape.block_n // shape.warps < 16:
         raise ValueError(f"{shape}: a slice needs >= 16 keys a block (the dot's minimum)")
+    elif shape.fp8_qk and not (fp8_qk and shape.sliced):
+        raise ValueError(f"{shape}: FP8 QK dots need the sliced kernel, a bf16 q, an e4m3 cache "
+                         f"and FP8 MMA (sm89+); got q {q.dtype}, cache {k_cache.dtype}")
     kernel = decode_sliced_kernel if shape.sliced else decode_split_kernel
-    slices = {"SLICES": shape.warps} if shape.sliced else {}
+    slices = {"SLICES": shape.warps, "FP8_QK": shape.fp8_qk} if shape.sliced else {}
     pdl = pdl_args(q)  # the split and the merge kernel launch alike
     kernel[(n_kh, num_splits, bs)](
         q, k_cache, v_cache, page_table, req_rows, seq_lens,

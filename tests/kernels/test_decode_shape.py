@@ -7,28 +7,30 @@ import pytest
 import torch
 
 from radixserve_kernels._utils import next_pow2
-from radixserve_kernels.decode_attention import decode_block_config, decode_num_splits
+from radixserve_kernels.decode_attention import decode_block_config, decode_num_splits, fp8_qk_dots
 
 CACHES = [(2, 2), (2, 1), (4, 4), (4, 1)]  # (q bytes, cache bytes): bf16/fp16, FP8, float32
 
 
+@pytest.mark.parametrize("fp8_qk", [False, True])
 @pytest.mark.parametrize("block_d", [32, 64, 128, 256])
 @pytest.mark.parametrize("elem_bytes,kv_bytes", CACHES)
 def test_launch_depends_only_on_the_next_power_of_two(block_d: int, elem_bytes: int,
-                                                     kv_bytes: int) -> None:
+                                                     kv_bytes: int, fp8_qk: bool) -> None:
     for bs in range(1, 1100):
         p = next_pow2(bs)
-        assert decode_block_config(bs, block_d, elem_bytes, kv_bytes) == decode_block_config(
-            p, block_d, elem_bytes, kv_bytes), bs
+        assert decode_block_config(bs, block_d, elem_bytes, kv_bytes, fp8_qk) == (
+            decode_block_config(p, block_d, elem_bytes, kv_bytes, fp8_qk)), bs
         assert decode_num_splits(bs, 8, 132) == decode_num_splits(p, 8, 132), bs
 
 
+@pytest.mark.parametrize("fp8_qk", [False, True])
 @pytest.mark.parametrize("block_d", [32, 64, 128, 256])
 @pytest.mark.parametrize("elem_bytes,kv_bytes", CACHES)
 def test_sliced_shapes_give_each_slice_a_whole_tile(block_d: int, elem_bytes: int,
-                                                    kv_bytes: int) -> None:
+                                                    kv_bytes: int, fp8_qk: bool) -> None:
     for bs in range(1, 1100):
-        shape = decode_block_config(bs, block_d, elem_bytes, kv_bytes)
+        shape = decode_block_config(bs, block_d, elem_bytes, kv_bytes, fp8_qk)
         if shape.sliced:
             assert shape.block_n % shape.warps == 0 and shape.block_n // shape.warps >= 16, shape
 
@@ -38,6 +40,22 @@ def test_sliced_kernel_only_for_a_16_bit_q_over_fp8_at_16_or_more_requests() -> 
     assert not decode_block_config(8, 128, 2, 1).sliced  # few requests: the split kernel
     assert not decode_block_config(256, 128, 2, 2).sliced  # 16-bit cache
     assert not decode_block_config(256, 128, 4, 1).sliced  # float32 q
+
+
+def test_fp8_keys_read_as_they_are_only_where_allowed_from_128_requests() -> None:
+    """The FP8-key dots (sliced kernel) from 128 requests on when the launcher allows them, never
+    otherwise; and it allows them only for a bf16 q over an e4m3 cache with head_dim over 32."""
+    for bs in range(1, 1100):
+        shape = decode_block_config(bs, 128, 2, 1, fp8_qk=True)
+        assert shape.fp8_qk == (bs > 64) and (shape.sliced or not shape.fp8_qk), bs
+        for args in ((2, 1, False), (2, 2, True), (4, 1, True), (4, 4, True)):
+            assert not decode_block_config(bs, 128, *args).fp8_qk, (bs, args)
+    fp8 = torch.float8_e4m3fn
+    assert fp8_qk_dots(torch.zeros(2, 4, 128, dtype=torch.bfloat16), fp8)
+    assert fp8_qk_dots(torch.zeros(2, 4, 64, dtype=torch.bfloat16), fp8)
+    assert not fp8_qk_dots(torch.zeros(2, 4, 32, dtype=torch.bfloat16), fp8)  # halves under 32
+    assert not fp8_qk_dots(torch.zeros(2, 4, 128, dtype=torch.float16), fp8)  # 11 bits
+    assert not fp8_qk_dots(torch.zeros(2, 4, 128, dtype=torch.bfloat16), torch.bfloat16)
 
 
 def test_decode_order_is_longest_first_from_64_requests() -> None:

@@ -121,11 +121,15 @@ def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, heads: tuple[int
     gen = torch.Generator().manual_seed(page + 1)
     seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
     kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16], kv_dtype=FP8)
-    # under a bf16 q these batch sizes take the sliced kernel's three shapes (100: 128's)
+    # under a bf16 q these batch sizes take the sliced kernel's shapes (100: 128's), the last two
+    # with the FP8-key dots
     for n in (16, 100, 256):
         lens = torch.randint(1, 2048, (n,), generator=gen).tolist()
         kc.check_decode("cuda", dtype, lens, heads, dim, page, splits=[None, 2], kv_dtype=FP8)
-    for shape in (DecodeShape(64, 3, 2, True), DecodeShape(128, 3, 4, False)):  # both kernels
+    shapes = [DecodeShape(64, 3, 2, True), DecodeShape(128, 3, 4, False)]  # both kernels
+    if dtype == torch.bfloat16:  # and the FP8-key dots
+        shapes += [DecodeShape(32, 3, 1, True, True), DecodeShape(64, 3, 2, True, True)]
+    for shape in shapes:
         kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16],
                         kv_dtype=FP8, shape=shape)
 

@@ -141,6 +141,54 @@ def test_decode_attention_sliced(dtype: torch.dtype, kv_dtype: torch.dtype | Non
                     kv_dtype=kv_dtype, shape=shape)
 
 
+FP8_QK_SHAPES = [DecodeShape(32, 2, 2, True, True), DecodeShape(16, 1, 1, True, True)]
+
+
+@pytest.mark.parametrize("heads", [(4, 2), (6, 2)], ids=["group2", "group3"])
+@pytest.mark.parametrize("shape", FP8_QK_SHAPES, ids=["32x2", "16x1"])
+def test_decode_attention_fp8_qk(heads: tuple[int, int], shape: DecodeShape) -> None:
+    """The sliced kernel's QK dots reading the FP8 keys as they are, against q split into two
+    e4m3 parts: the reference's numbers within bf16's tolerance, at a 1-key request (slices
+    with no key), 70 keys ending mid-slice, and a group of 3."""
+    kc.check_decode("cpu", torch.bfloat16, [1, 37, 70], heads=heads, dim=64, page=4,
+                    splits=[None, 1, 3], kv_dtype=FP8, shape=shape)
+
+
+def test_fp8_qk_split_is_exact_for_any_magnitude_of_q() -> None:
+    """q heads from 1e-4 to 1e4 in size: each head's power-of-two scale and two e4m3 parts
+    give the scores of the 16-bit dots (the same launch shape, keys widened), so the outputs
+    agree to the last bit of bf16 but for rounding in a different order of sums."""
+    from radixserve_kernels import decode_attention
+
+    gen = torch.Generator().manual_seed(5)
+    lens = [3, 40, 70]
+    table, rows = kc.paged_table(lens, 4, 40, 72, gen)
+    kcache, vcache = kc.kv_pool(40, 4, 2, 64, FP8, gen)
+    size = 10.0 ** torch.linspace(-4, 4, 4)  # one magnitude per query head
+    q = (torch.randn(3, 4, 64, generator=gen) * size[None, :, None]).to(torch.bfloat16)
+    args = (q, kcache, vcache, table, rows, torch.tensor(lens, dtype=torch.int32), 0.125)
+    fp8 = decode_attention(*args, num_splits=1, shape=DecodeShape(32, 2, 2, True, True))
+    f16 = decode_attention(*args, num_splits=1, shape=DecodeShape(32, 2, 2, True, False))
+    torch.testing.assert_close(fp8.float(), f16.float(), rtol=8e-3, atol=1e-5)
+    assert not torch.equal(fp8, torch.zeros_like(fp8))
+
+
+@pytest.mark.parametrize("q_dtype,kv_dtype", [(torch.float16, FP8), (torch.bfloat16, torch.bfloat16)])
+def test_fp8_qk_shape_refused_where_it_cannot_run(q_dtype: torch.dtype,
+                                                  kv_dtype: torch.dtype) -> None:
+    """An explicit FP8-key shape needs a bf16 q (float16's 11 bits do not split into two e4m3
+    parts) and an e4m3 cache: anything else is a clear error before any launch."""
+    from radixserve_kernels import decode_attention
+
+    gen = torch.Generator().manual_seed(1)
+    table, rows = kc.paged_table([5], 4, 4, 8, gen)
+    kcache, vcache = kc.kv_pool(4, 4, 2, 64, kv_dtype, gen)
+    q = torch.randn(1, 4, 64, generator=gen).to(q_dtype)
+    with pytest.raises(ValueError, match="FP8 QK dots need"):
+        decode_attention(q, kcache, vcache, table, rows, torch.tensor([5], dtype=torch.int32),
+                         0.125, shape=DecodeShape(32, 2, 2, True, True))
+
+
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("page", [1, 4])
 def test_extend_attention_fp8_kv(dtype: torch.dtype, page: int) -> None:

@@ -56,7 +56,7 @@ def describe(sched: Scheduler) -> str:
             f"{tp}attn {type(eng.attn_backend).__name__}, "
             f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
             f"mixed chunk {'on' if sched.cfg.mixed_chunk else 'off'}, "
-            f"cache {sched.cfg.cache}, page {eng.page_size}")
+            f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.cfg.max_prefill_length}")
 
 
 def bench_config(
