@@ -112,6 +112,41 @@ def test_repeat_compares_medians_of_fresh_runs(tiny_ckpts, capsys) -> None:
     assert ratio == pytest.approx(fp8 / plain, rel=0.01)
 
 
+def test_phases_split_the_timed_run_by_kind_of_step(tiny_ckpts, capsys) -> None:
+    """`--phases` with no warm-up, 7 requests of 12 tokens each: one row of prefill batches
+    holding every prompt token of the workload (none cached), then the decode steps, 11 or 12
+    (overlap may launch one past the end), all in the 1-16 band; the rows add up to the total."""
+    from transformers import AutoConfig
+
+    from radixserve.bench.workload import random_workload
+
+    path = tiny_ckpts["llama"]
+    argv = ["bench", "offline", "--device", "cpu", "--dtype", "float32", "--num-prompts", "7",
+            "--input-len", "4", "40", "--output-len", "12", "12", "--warmup", "0",
+            "--baseline", "none", "--model", str(path), "--phases"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = {m[0]: m[1:] for m in re.findall(
+        r"^    (prefill|decode \S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%\s+[\d.]+\s*(\d*)$", out, re.MULTILINE)}
+    assert set(rows) == {"prefill", "decode 1-16"}, out
+    vocab = AutoConfig.from_pretrained(path).vocab_size
+    prompts = sum(len(r.input_ids) for r in random_workload(7, (4, 40), (12, 12), vocab, seed=0))
+    assert int(rows["prefill"][3]) == prompts
+    assert 11 <= int(rows["decode 1-16"][0]) <= 12
+    total = float(re.search(r"^    all\s+\d+\s+([\d.]+)$", out, re.MULTILINE).group(1))
+    assert sum(float(r[1]) for r in rows.values()) == pytest.approx(total, abs=2e-3)
+    assert sum(float(r[2]) for r in rows.values()) == pytest.approx(100, abs=0.2)
+
+
+def test_step_kinds_band_decode_batches() -> None:
+    from radixserve.bench.phases import step_kind
+
+    assert step_kind(5, 300) == "prefill"
+    assert [step_kind(0, n) for n in (1, 16, 17, 64, 65, 256, 257)] == [
+        "decode 1-16", "decode 1-16", "decode 17-32", "decode 33-64", "decode 65-128",
+        "decode 129-256", "decode 257+"]
+
+
 def test_repeat_must_be_positive(tiny_ckpts) -> None:
     with pytest.raises(SystemExit, match="--repeat must be at least 1, got 0"):
         main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--repeat", "0"])

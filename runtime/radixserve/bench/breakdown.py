@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from radixserve.bench.clock import Clock
+
 # timed modules, by attribute name; a module inside another timed one counts as the outer part
 PARTS = {
     "embed_tokens": "embedding",
@@ -36,25 +38,8 @@ CLASS_PARTS = {"SparseMoeBlock": "MoE block (router, top-k, experts)"}
 SLEEP_MS = 30.0  # at least; raised to twice the host's time for one eager step
 
 
-class _Clock:
-    """Marks on the GPU's stream (CUDA events) or on the host's clock (CPU)."""
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda = cuda
-
-    def mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def ms(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end) if self.cuda else (end - start) * 1000
-
-
 @contextlib.contextmanager
-def timed_parts(model: nn.Module, clock: _Clock) -> Iterator[list[list[Any]]]:
+def timed_parts(model: nn.Module, clock: Clock) -> Iterator[list[list[Any]]]:
     """While active, every call of one of the model's PARTS appends [label, start, end]."""
     marks: list[list[Any]] = []
     depth = [0]
@@ -102,7 +87,7 @@ def step_breakdown(sched: Any, steps: int) -> dict[str, float]:
     engine = sched.engine
     cuda = sched.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    clock = _Clock(cuda)
+    clock = Clock(cuda)
     runner, engine.graph_runner = engine.graph_runner, None
     sleep = None
     per_step: list[Counter[str]] = []

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from radixserve.bench.phases import StepPhases
 from radixserve.bench.workload import BenchRequest
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.sampling_params import SamplingParams
@@ -16,9 +17,11 @@ from radixserve.scheduler.tp_launch import scheduler_group
 
 
 def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
-                  json_schema: str | None = None) -> tuple[float, int]:
+                  json_schema: str | None = None,
+                  phases: StepPhases | None = None) -> tuple[float, int]:
     """Feed every request at once and step until all finish: (seconds, output tokens). With
-    `json_schema` every request is constrained by it (and ends when its JSON is complete)."""
+    `json_schema` every request is constrained by it (and ends when its JSON is complete);
+    `phases` records each step's kind and time."""
     if sched.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -27,12 +30,19 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
             max_tokens=r.output_len, ignore_eos=True, json_schema=json_schema))
     produced = 0
     while sched.has_work:
+        if phases is not None:
+            phases.before_step(sched)
         produced += len(sched.step())
+        if phases is not None:
+            phases.after_step(sched)
         if failed := sched.take_failures():  # e.g. a --json-schema xgrammar cannot compile
             raise SystemExit(f"bench: request {failed[0].uid - uid0}: {failed[0].message}")
     if sched.device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start, produced
+    secs = time.perf_counter() - start
+    if phases is not None:
+        phases.finish()
+    return secs, produced
 
 
 def allreduce_desc() -> str:
@@ -63,18 +73,21 @@ def bench_config(
     eng: EngineConfig, sch: SchedulerConfig, reqs: list[BenchRequest], warmup: int,
     report: Callable[[float, str], None] | None = None, json_schema: str | None = None,
     *, warmup_reqs: list[BenchRequest] | None = None, stats: dict[str, int] | None = None,
+    phases: bool = False,
 ) -> tuple[float, str]:
     """Start a scheduler (a TP group at `eng.tp` > 1), warm it on the first `warmup` requests
     (of `warmup_reqs` when given, else of the workload), then time the whole workload: (output
     tokens/s, what ran). `report` gets the same pair before the scheduler is torn down, so the
     figure is out whatever the teardown does. `stats` receives `prefill_tokens`, the prompt
-    tokens computed in the timed region (those not found in the prefix cache)."""
+    tokens computed in the timed region (those not found in the prefix cache). `phases`: print
+    where the timed run's time went by kind of step (`bench.phases`) after `report`."""
     with scheduler_group(eng, sch) as sched:
         if warmup:  # (with a schema, this compiles it: the timed run finds it cached)
             warm = (reqs if warmup_reqs is None else warmup_reqs)[:warmup]
             run_scheduler(sched, warm, uid0=10**9, json_schema=json_schema)
         prefilled = sched.prefill_tokens
-        secs, toks = run_scheduler(sched, reqs, json_schema=json_schema)
+        clock = StepPhases.on(sched.device) if phases else None
+        secs, toks = run_scheduler(sched, reqs, json_schema=json_schema, phases=clock)
         if stats is not None:
             stats["prefill_tokens"] = sched.prefill_tokens - prefilled
         want = sum(r.output_len for r in reqs)
@@ -84,6 +97,8 @@ def bench_config(
             desc += f", every request JSON-schema constrained ({toks} of {want} tokens made)"
         if report is not None:
             report(toks / secs, desc)
+        if clock is not None:
+            print(clock.table(), flush=True)
         del sched
     gc.collect()  # free the run's memory now, before the next configuration sizes its KV
     if torch.cuda.is_available():

@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
+    off.add_argument("--phases", action="store_true",
+                     help="after each timed run, where its time went by kind of step: prefill "
+                          "batches, and decode steps by batch size (GPU time on a GPU)")
     off.set_defaults(func=run_offline)
 
     lat = bsub.add_parser("latency", help="decode step time at fixed batch sizes")
@@ -271,9 +274,9 @@ def run_offline(args: argparse.Namespace) -> int:
         if args.shared_prefix < 1:
             raise SystemExit("bench: --shared-prefix must be at least 1")
         if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
-                or args.allreduce or args.repeat > 1):
+                or args.allreduce or args.repeat > 1 or args.phases):
             raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run "
-                             "--ablate, --compare-*, --allreduce and --repeat without it")
+                             "--ablate, --compare-*, --allreduce, --repeat and --phases without it")
         suffix = tuple(args.input_len or (32, 128))
         run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
         return 0
@@ -294,8 +297,8 @@ def run_offline(args: argparse.Namespace) -> int:
             print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
 
         try:
-            runs = [bench_config(e, s, reqs, args.warmup, report, json_schema)[0]
-                    for _ in range(args.repeat)]
+            runs = [bench_config(e, s, reqs, args.warmup, report, json_schema,
+                                 phases=args.phases)[0] for _ in range(args.repeat)]
         finally:
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

@@ -1,0 +1,92 @@
+"""`bench offline --phases`: where a timed run's time goes, by kind of step — the prefill batches
+(with the decode rows that ride in them) and the decode steps by batch size. A step's time runs
+from its launch mark to the next step's (CUDA events on the stream, the wall clock on CPU), so the
+step kinds add up to the run, the device's waits for the host included. On the H200 this showed
+an FP8 run's decode steps of 193-256 requests at 36% of it and its 18 prefill batches at 12%
+(docs/benchmarks.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from radixserve.bench.clock import Clock
+
+BANDS = (16, 32, 64, 128, 256)  # decode batch sizes' upper bounds; larger ones share one row
+
+
+def step_kind(prefill_tokens: int, decoding: int) -> str:
+    """A step's row: "prefill" when it computed prompt tokens, else its decode batch's band."""
+    if prefill_tokens:
+        return "prefill"
+    lo = 1
+    for hi in BANDS:
+        if decoding <= hi:
+            return f"decode {lo}-{hi}"
+        lo = hi + 1
+    return f"decode {lo}+"
+
+
+@dataclass
+class _Row:
+    steps: int = 0
+    ms: float = 0.0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class StepPhases:
+    """Filled by `run_scheduler` around each step of the timed run, read by `table`."""
+
+    clock: Clock
+    marks: list[Any] = field(default_factory=list)
+    kinds: list[tuple[str, int]] = field(default_factory=list)  # (kind, prompt tokens)
+    _before: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def on(cls, device: torch.device) -> StepPhases:
+        return cls(Clock(device.type == "cuda"))
+
+    def before_step(self, sched: Any) -> None:
+        self.marks.append(self.clock.mark())
+        decoding = sum(1 for r in sched.running if r.prefill_done)
+        self._before = (sched.prefill_tokens, decoding)
+
+    def after_step(self, sched: Any) -> None:
+        prefilled = sched.prefill_tokens - self._before[0]
+        if not prefilled and not self._before[1]:
+            self.marks.pop()  # nothing launched: its time joins the step before
+            return
+        self.kinds.append((step_kind(prefilled, self._before[1]), prefilled))
+
+    def finish(self) -> None:
+        """The run's end mark, once the device has finished."""
+        self.marks.append(self.clock.mark())
+        if self.clock.cuda:
+            torch.cuda.synchronize()
+
+    def rows(self) -> dict[str, _Row]:
+        rows: dict[str, _Row] = {}
+        for (kind, tokens), start, end in zip(self.kinds, self.marks, self.marks[1:]):
+            row = rows.setdefault(kind, _Row())
+            row.steps += 1
+            row.ms += self.clock.ms(start, end)
+            row.prompt_tokens += tokens
+        return dict(sorted(rows.items(), key=lambda kv: _order(kv[0])))
+
+    def table(self) -> str:
+        rows = self.rows()
+        total = sum(r.ms for r in rows.values())
+        where = "GPU time (CUDA events)" if self.clock.cuda else "wall clock"
+        lines = [f"  timed run by kind of step, {where} from each step's launch to the next:",
+                 f"    {'kind':<16} {'steps':>6} {'seconds':>9} {'share':>7} {'ms/step':>9} {'prompt tokens':>14}"]
+        for kind, r in rows.items():
+            lines.append(f"    {kind:<16} {r.steps:>6} {r.ms / 1000:>9.3f} {100 * r.ms / max(total, 1e-9):>6.1f}% "
+                         f"{r.ms / r.steps:>9.2f} {r.prompt_tokens or '':>14}")
+        lines.append(f"    {'all':<16} {sum(r.steps for r in rows.values()):>6} {total / 1000:>9.3f}")
+        return "\n".join(lines)
+
+
+def _order(kind: str) -> int:
+    return -1 if kind == "prefill" else int(kind.split()[1].split("-")[0].rstrip("+"))
