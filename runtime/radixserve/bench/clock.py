@@ -8,6 +8,12 @@ from typing import Any
 import torch
 
 
+def device_sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU, where work runs as it is issued)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class Clock:
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda

@@ -6,6 +6,7 @@ import time
 import torch
 
 from radixserve.bench.breakdown import step_breakdown
+from radixserve.bench.clock import device_sync
 from radixserve.bench.profile import maybe_profile
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
@@ -22,7 +23,7 @@ def _decode_batch(sched: Scheduler, bs: int, input_len: int, max_tokens: int, ui
         sched.step()
     for _ in range(4):
         sched.step()
-    _sync(sched)
+    device_sync(sched.device)
 
 
 def _end_batch(sched: Scheduler) -> None:
@@ -32,18 +33,13 @@ def _end_batch(sched: Scheduler) -> None:
         sched.step()
 
 
-def _sync(sched: Scheduler) -> None:
-    if sched.device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int) -> float:
     """Mean ms per decode step of `bs` requests past a prompt of `input_len` tokens."""
     _decode_batch(sched, bs, input_len, steps + 8, uid0)
     start = time.perf_counter()
     for _ in range(steps):
         sched.step()
-    _sync(sched)
+    device_sync(sched.device)
     ms = (time.perf_counter() - start) * 1000 / steps
     _end_batch(sched)
     return ms
@@ -61,7 +57,7 @@ def decode_step_detail(sched: Scheduler, bs: int, input_len: int, steps: int, ui
         with maybe_profile(profile_dir, f"decode-bs{bs}", steps, sched.device.type == "cuda"):
             for _ in range(steps):
                 sched.step()
-            _sync(sched)
+            device_sync(sched.device)
     parts = step_breakdown(sched, steps) if breakdown else None
     _end_batch(sched)
     return parts

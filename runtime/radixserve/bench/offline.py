@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from radixserve.bench.clock import device_sync
 from radixserve.bench.phases import StepPhases
 from radixserve.bench.workload import BenchRequest
 from radixserve.config import EngineConfig, SchedulerConfig
@@ -22,8 +23,7 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
     """Feed every request at once and step until all finish: (seconds, output tokens). With
     `json_schema` every request is constrained by it (and ends when its JSON is complete);
     `phases` records each step's kind and time."""
-    if sched.device.type == "cuda":
-        torch.cuda.synchronize()
+    device_sync(sched.device)
     start = time.perf_counter()
     for i, r in enumerate(reqs):
         sched.add_request(uid0 + i, r.input_ids, SamplingParams(
@@ -37,12 +37,10 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
             phases.after_step(sched)
         if failed := sched.take_failures():  # e.g. a --json-schema xgrammar cannot compile
             raise SystemExit(f"bench: request {failed[0].uid - uid0}: {failed[0].message}")
-    if sched.device.type == "cuda":
-        torch.cuda.synchronize()
-    secs = time.perf_counter() - start
     if phases is not None:
         phases.finish()
-    return secs, produced
+    device_sync(sched.device)
+    return time.perf_counter() - start, produced
 
 
 def allreduce_desc() -> str:
@@ -86,8 +84,8 @@ def bench_config(
             warm = (reqs if warmup_reqs is None else warmup_reqs)[:warmup]
             run_scheduler(sched, warm, uid0=10**9, json_schema=json_schema)
         prefilled = sched.prefill_tokens
-        clock = StepPhases.on(sched.device) if phases else None
-        secs, toks = run_scheduler(sched, reqs, json_schema=json_schema, phases=clock)
+        steps = StepPhases.on(sched.device) if phases else None
+        secs, toks = run_scheduler(sched, reqs, json_schema=json_schema, phases=steps)
         if stats is not None:
             stats["prefill_tokens"] = sched.prefill_tokens - prefilled
         want = sum(r.output_len for r in reqs)
@@ -97,8 +95,8 @@ def bench_config(
             desc += f", every request JSON-schema constrained ({toks} of {want} tokens made)"
         if report is not None:
             report(toks / secs, desc)
-        if clock is not None:
-            print(clock.table(), flush=True)
+        if steps is not None:
+            print(steps.table(), flush=True)
         del sched
     gc.collect()  # free the run's memory now, before the next configuration sizes its KV
     if torch.cuda.is_available():

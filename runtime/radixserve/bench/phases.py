@@ -14,18 +14,16 @@ import torch
 from radixserve.bench.clock import Clock
 
 BANDS = (16, 32, 64, 128, 256)  # decode batch sizes' upper bounds; larger ones share one row
+# the table's rows, in order
+KINDS = ("prefill", *(f"decode {lo + 1}-{hi}" for lo, hi in zip((0, *BANDS), BANDS)),
+         f"decode {BANDS[-1] + 1}+")
 
 
 def step_kind(prefill_tokens: int, decoding: int) -> str:
     """A step's row: "prefill" when it computed prompt tokens, else its decode batch's band."""
     if prefill_tokens:
-        return "prefill"
-    lo = 1
-    for hi in BANDS:
-        if decoding <= hi:
-            return f"decode {lo}-{hi}"
-        lo = hi + 1
-    return f"decode {lo}+"
+        return KINDS[0]
+    return KINDS[1 + sum(decoding > hi for hi in BANDS)]
 
 
 @dataclass
@@ -61,10 +59,8 @@ class StepPhases:
         self.kinds.append((step_kind(prefilled, self._before[1]), prefilled))
 
     def finish(self) -> None:
-        """The run's end mark, once the device has finished."""
+        """The run's end mark (on a GPU, read once the caller has synchronized)."""
         self.marks.append(self.clock.mark())
-        if self.clock.cuda:
-            torch.cuda.synchronize()
 
     def rows(self) -> dict[str, _Row]:
         rows: dict[str, _Row] = {}
@@ -73,7 +69,7 @@ class StepPhases:
             row.steps += 1
             row.ms += self.clock.ms(start, end)
             row.prompt_tokens += tokens
-        return dict(sorted(rows.items(), key=lambda kv: _order(kv[0])))
+        return {kind: rows[kind] for kind in KINDS if kind in rows}
 
     def table(self) -> str:
         rows = self.rows()
@@ -86,7 +82,3 @@ class StepPhases:
                          f"{r.ms / r.steps:>9.2f} {r.prompt_tokens or '':>14}")
         lines.append(f"    {'all':<16} {sum(r.steps for r in rows.values()):>6} {total / 1000:>9.3f}")
         return "\n".join(lines)
-
-
-def _order(kind: str) -> int:
-    return -1 if kind == "prefill" else int(kind.split()[1].split("-")[0].rstrip("+"))
