@@ -12,6 +12,8 @@ batch in flight), and rows of finished requests not reused while that batch stil
 finished request ride along in the next batch, which changes batch sizes."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from tests.gpu.helpers import GRAPH_BACKENDS, generate
@@ -60,6 +62,35 @@ def test_longest_first_launch_changes_no_token_bf16(tiny_ckpts, monkeypatch, kv:
     monkeypatch.setattr(radixserve_kernels, "decode_order", lambda seq_lens: None)
     batch_order = generate(tiny_ckpts[MOE], prompts, 16, graphs=False, cuda_graph_max_bs=0, **kw)
     assert graphs == eager == batch_order
+
+
+@pytest.mark.parametrize("n", [160, 256])
+def test_fp8_key_dots_under_graph_replay_bit_identical(tiny_ckpts_hd64, monkeypatch, n: int) -> None:
+    """From 128 requests over an FP8 cache, Triton decode's QK dots read the keys as they are
+    (`FP8_QK_SHAPES`, bf16 q, head_dim 64): replayed in CUDA graphs they give the eager tokens bit
+    for bit. Two prefill batches of mixed prompt lengths, then decode at exactly `n` requests (a
+    captured size) throughout; both runs must have launched the FP8-key shapes."""
+    # (the package's `decode_attention` attribute is the function, so the module by its name)
+    da = importlib.import_module("radixserve_kernels.decode_attention")
+    used: list[bool] = []
+    config = da.decode_block_config
+
+    def spy(*args, **kwargs):
+        shape = config(*args, **kwargs)
+        used.append(shape.fp8_qk)
+        return shape
+
+    monkeypatch.setattr(da, "decode_block_config", spy)
+    prompts = random_prompts(n, [20, 47, 33, 60, 25, 51], 300, seed=8)
+    kw = {"dtype": "bfloat16", "device": "cuda", "attn": "triton", "page_size": 16,
+          "max_running_requests": n, "kv_cache_dtype": "fp8_e4m3", "max_prefill_length": 4096}
+    graphs = generate(tiny_ckpts_hd64[MOE], prompts, 12, graphs=True, cuda_graph_max_bs=n, **kw)
+    assert any(used), "the graphs never launched the FP8-key shapes"
+    used.clear()
+    eager = generate(tiny_ckpts_hd64[MOE], prompts, 12, graphs=False, cuda_graph_max_bs=0, **kw)
+    assert any(used), "the eager run never launched the FP8-key shapes"
+    assert [len(t) for t in graphs] == [12] * n
+    assert graphs == eager
 
 
 def test_engine_captures_graphs_only_when_asked(tiny_ckpts) -> None:
