@@ -27,13 +27,19 @@ DECODE = ([0, 1, 15, 16, 63, 700, 1499, 2047], [1] * 8)
 
 
 def _compare(spec: str, dtype: torch.dtype, page: int, lens, heads, dim,
-             kv_stored: bool = False, kv_dtype: torch.dtype | None = None) -> None:
+             kv_stored: bool = False, kv_dtype: torch.dtype | None = None,
+             q_in_qkv: bool = False) -> None:
+    """`q_in_qkv`: the backend gets q as the model hands it, a view of the qkv projection's
+    rows (row stride (Hq + 2 Hkv) * D), the reference a contiguous copy."""
     from radixserve.attention import create_attn_backend
     from radixserve.attention.torch_backend import TorchBackend
 
     cfg, batch, q, k, v = backend_case("cuda", dtype, page, *lens, heads, dim, seed=page,
                                        kv_dtype=kv_dtype)
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v)
+    if q_in_qkv:
+        q = torch.cat([q, k, v], dim=1)[:, : q.shape[1]]
+        assert not q.is_contiguous() and q.stride(0) == (heads[0] + 2 * heads[1]) * dim
     got = run_backend(create_attn_backend(spec, cfg), batch, q, k, v, kv_stored=kv_stored)
     for g, w in zip(got, want):
         assert g.dtype == q.dtype and g.shape == q.shape
@@ -60,6 +66,16 @@ def test_backend_gqa4_head_dim_64(spec: str, lens) -> None:
 def test_backend_attends_over_kv_already_stored(spec: str, dtype: torch.dtype, lens) -> None:
     """forward(q, None, None): the new k/v were stored beforehand, as the fused rotary does."""
     _compare(spec, dtype, 16, lens, (16, 8), 128, kv_stored=True)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn], ids=["kv-bf16", "kv-fp8"])
+@pytest.mark.parametrize("lens", [PREFILL, EXTEND, DECODE], ids=["prefill", "extend", "decode"])
+def test_backend_reads_q_where_the_qkv_projection_left_it(spec: str, kv_dtype, lens) -> None:
+    """The fused rotary kernel leaves q inside the qkv projection's output; every backend reads it
+    there (FlashInfer through its row and head strides, no copy) and gives the reference's output."""
+    _compare(spec, torch.bfloat16, 16, lens, (16, 8), 128, kv_stored=True, kv_dtype=kv_dtype,
+             q_in_qkv=True)
 
 
 @pytest.mark.parametrize("spec", SPECS)
