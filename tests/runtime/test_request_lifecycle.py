@@ -18,6 +18,8 @@ LIMITS = Limits(max_seq_len=64, kv_capacity=48, vocab_size=100)
 @pytest.mark.parametrize(("ids", "params", "param", "code", "words"), [
     ([], SamplingParams(), "prompt", None, "the prompt is empty"),
     ([5, 100], SamplingParams(), "input_ids", None, "token ids must be in [0, 100)"),
+    ([-1, 5], SamplingParams(), "input_ids", None, "token ids must be in [0, 100)"),
+    ([99, 5, 0, 100, 3], SamplingParams(), "input_ids", None, "token ids must be in [0, 100)"),
     ([5] * 60, SamplingParams(max_tokens=8), "max_tokens", "context_length_exceeded",
      "maximum context length is 64 tokens, but the request needs 68 tokens"),
     ([5] * 64, SamplingParams(max_tokens=1), "messages", "context_length_exceeded",

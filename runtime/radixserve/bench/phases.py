@@ -3,9 +3,14 @@
 from its launch mark to the next step's (CUDA events on the stream, the wall clock on CPU), so the
 step kinds add up to the run, the device's waits for the host included. On the H200 this showed
 an FP8 run's decode steps of 193-256 requests at 36% of it and its 18 prefill batches at 12%
-(docs/benchmarks.md)."""
+(docs/benchmarks.md).
+
+Beside it, the host's own time a step: `Scheduler.step`'s wall time less its wait for the last
+batch's tokens. Where it comes near the step's time, the device waits on the host: on the H200
+the prefill batches' host time equalled their device time (docs/benchmarks.md)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +35,7 @@ def step_kind(prefill_tokens: int, decoding: int) -> str:
 class _Row:
     steps: int = 0
     ms: float = 0.0
+    host_ms: float = 0.0
     prompt_tokens: int = 0
 
 
@@ -40,7 +46,8 @@ class StepPhases:
     clock: Clock
     marks: list[Any] = field(default_factory=list)
     kinds: list[tuple[str, int]] = field(default_factory=list)  # (kind, prompt tokens)
-    _before: tuple[int, int] = (0, 0)
+    host_ms: list[float] = field(default_factory=list)  # per step, as `kinds`
+    _before: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)
 
     @classmethod
     def on(cls, device: torch.device) -> StepPhases:
@@ -49,14 +56,19 @@ class StepPhases:
     def before_step(self, sched: Any) -> None:
         self.marks.append(self.clock.mark())
         decoding = sum(1 for r in sched.running if r.prefill_done)
-        self._before = (sched.prefill_tokens, decoding)
+        self._before = (sched.prefill_tokens, decoding, time.perf_counter(), sched.token_wait_s)
 
     def after_step(self, sched: Any) -> None:
-        prefilled = sched.prefill_tokens - self._before[0]
-        if not prefilled and not self._before[1]:
+        tokens, decoding, start, waited = self._before
+        host = 1000 * (time.perf_counter() - start - (sched.token_wait_s - waited))
+        prefilled = sched.prefill_tokens - tokens
+        if not prefilled and not decoding:
             self.marks.pop()  # nothing launched: its time joins the step before
+            if self.host_ms:
+                self.host_ms[-1] += host
             return
-        self.kinds.append((step_kind(prefilled, self._before[1]), prefilled))
+        self.kinds.append((step_kind(prefilled, decoding), prefilled))
+        self.host_ms.append(host)
 
     def finish(self) -> None:
         """The run's end mark (on a GPU, read once the caller has synchronized)."""
@@ -64,10 +76,12 @@ class StepPhases:
 
     def rows(self) -> dict[str, _Row]:
         rows: dict[str, _Row] = {}
-        for (kind, tokens), start, end in zip(self.kinds, self.marks, self.marks[1:]):
+        for (kind, tokens), host, start, end in zip(self.kinds, self.host_ms, self.marks,
+                                                    self.marks[1:]):
             row = rows.setdefault(kind, _Row())
             row.steps += 1
             row.ms += self.clock.ms(start, end)
+            row.host_ms += host
             row.prompt_tokens += tokens
         return {kind: rows[kind] for kind in KINDS if kind in rows}
 
@@ -75,10 +89,13 @@ class StepPhases:
         rows = self.rows()
         total = sum(r.ms for r in rows.values())
         where = "GPU time (CUDA events)" if self.clock.cuda else "wall clock"
-        lines = [f"  timed run by kind of step, {where} from each step's launch to the next:",
-                 f"    {'kind':<16} {'steps':>6} {'seconds':>9} {'share':>7} {'ms/step':>9} {'prompt tokens':>14}"]
+        title = (f"  timed run by kind of step, {where} from each step's launch to the next; "
+                 "host: the scheduler's own time a step, its waits for tokens left out:")
+        head = (f"    {'kind':<16} {'steps':>6} {'seconds':>9} {'share':>7} {'ms/step':>9} "
+                f"{'host ms/step':>12} {'prompt tokens':>14}")
+        lines = [title, head]
         for kind, r in rows.items():
             lines.append(f"    {kind:<16} {r.steps:>6} {r.ms / 1000:>9.3f} {100 * r.ms / max(total, 1e-9):>6.1f}% "
-                         f"{r.ms / r.steps:>9.2f} {r.prompt_tokens or '':>14}")
+                         f"{r.ms / r.steps:>9.2f} {r.host_ms / r.steps:>12.2f} {r.prompt_tokens or '':>14}")
         lines.append(f"    {'all':<16} {sum(r.steps for r in rows.values()):>6} {total / 1000:>9.3f}")
         return "\n".join(lines)

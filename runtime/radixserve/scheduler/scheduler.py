@@ -30,6 +30,7 @@ are matched on the text, by the detokenizer (`tokenizer/detokenize.py`), which t
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class Scheduler:
         self._failures: list[RequestFailure] = []
         self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
+        self.token_wait_s = 0.0  # time spent waiting for batches' sampled tokens (bench --phases)
 
     @property
     def model_path(self) -> Path:
@@ -278,7 +280,9 @@ class Scheduler:
         return InFlight(items, emits, host, event, prompt_lp, embeds)
 
     def _process(self, fl: InFlight) -> list[TokenOutput]:
+        t = time.perf_counter()
         res = fl.wait()
+        self.token_wait_s += time.perf_counter() - t
         self._release_deferred()  # the batch that still wrote their KV is done now
         if fl.prompt_lp is not None:
             prompt_logprobs.record(fl.prompt_lp)
