@@ -34,8 +34,8 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
     n_in = len(input_ids)
     if n_in == 0:
         raise AdmissionError("input_ids: the prompt is empty", "prompt")
-    # (min and max run in C: checking bench offline's 256 prompts took 9.5 ms a token at a time
-    # in Python, 5.0 with them, on a CI-class CPU)
+    # (min and max run in C: the whole check of bench offline's 256 prompts took 9.5 ms with a
+    # generator over the tokens, 5.0 ms with them, on a CI-class CPU)
     if min(input_ids) < 0 or max(input_ids) >= limits.vocab_size:
         raise AdmissionError(f"input_ids: token ids must be in [0, {limits.vocab_size})",
                              "input_ids")
