@@ -18,11 +18,10 @@ def build_batch(
     starts = [r.kv_len for r, _ in items]
     ext = [n for _, n in items]
     seq = [s + n for s, n in zip(starts, ext)]
+    per_req = to_device([rows, starts, seq, ext], device)
     if decode:  # one token per request: its row and position are the per-request lists
-        idx = to_device([rows, starts, seq, ext], device)
-        tok_rows_t, pos_t, per_req = idx[0], idx[1], idx
+        tok_rows_t, pos_t = per_req[0], per_req[1]
     else:  # each token's row and position, expanded on the device from the per-request lists
-        per_req = to_device([rows, starts, seq, ext], device)
         tok_rows_t, pos_t = _expand(per_req[0], per_req[1], per_req[3], sum(ext))
     return Batch(
         phase="decode" if decode else "prefill",
