@@ -115,6 +115,7 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
         ("--max-prefill-length", rt.max_prefill_length),
         ("--memory-ratio", rt.memory_ratio),
         ("--cuda-graph-max-bs", rt.cuda_graph_max_bs),
+        ("--prefill-graph-max-tokens", rt.prefill_graph_max_tokens),
         ("--attn", rt.attention),
         ("--cache", rt.cache),
         ("--shutdown-timeout", rt.shutdown_timeout),

@@ -114,6 +114,7 @@ class RuntimeSpec:
     kv_cache_dtype: str | None = None
     context_length: int | None = None
     sampling_defaults: str | None = None
+    prefill_graph_max_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -397,6 +398,7 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         kv_cache_dtype=rt.get("kvCacheDtype"),
         context_length=rt.get("contextLength"),
         sampling_defaults=rt.get("samplingDefaults"),
+        prefill_graph_max_tokens=rt.get("prefillGraphMaxTokens"),
     )
 
 

@@ -24,6 +24,9 @@ class EngineConfig:
     memory_ratio: float = 0.9  # share of free device memory for weights + KV (GPU)
     max_kv_tokens: int | None = None  # explicit KV capacity; default from memory (GPU) or a budget (CPU)
     cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
+    # prefill batches of up to this many tokens (at most the prefill chunk, max_prefill_length)
+    # run as piecewise CUDA graphs; None: 2,048; 0 disables
+    prefill_graph_max_tokens: int | None = None
     seed: int = 0
     load_format: str = "auto"  # auto: the checkpoint's weights | dummy: random, same shapes
     context_length: int | None = None  # None: the model's max_position_embeddings; else at most it
@@ -45,6 +48,9 @@ class EngineConfig:
             raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
         if self.max_kv_tokens is not None and self.max_kv_tokens < 1:
             raise ValueError(f"max_kv_tokens must be positive, got {self.max_kv_tokens}")
+        if self.prefill_graph_max_tokens is not None and self.prefill_graph_max_tokens < 0:
+            raise ValueError(f"prefill_graph_max_tokens must be 0 (off) or positive, "
+                             f"got {self.prefill_graph_max_tokens}")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(f"context_length must be at least 2, got {self.context_length}")
 
@@ -121,6 +127,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="longest prompt + reply served (default: the model's context length; "
                         "shorter also shrinks the page table)")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
+    p.add_argument("--prefill-graph-max-tokens", type=int, default=None,
+                   help="prefill batches of up to this many tokens (at most --max-prefill-length) "
+                        "run as piecewise CUDA graphs (default 2048; 0 disables)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of the checkpoint's shapes, none read (benchmarks "

@@ -12,7 +12,8 @@ from tests.kernels.kernel_cases import backend_case, run_backend
 from radixserve.attention.torch_backend import TorchBackend
 from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
 
-CASES = {"extend": ([9, 0], [6, 11]), "decode": ([0, 4, 15, 33], [1] * 4)}
+CASES = {"extend": ([9, 0], [6, 11]), "decode": ([0, 4, 15, 33], [1] * 4),
+         "mixed": ([9, 0, 30, 7], [6, 11, 1, 1])}  # prompt chunks, then two decode tokens
 FP8 = torch.float8_e4m3fn
 
 
@@ -21,9 +22,9 @@ class RecordingTorch(TorchBackend):
         super().__init__(cfg)
         self.attended: list[int] = []
 
-    def attend(self, q, layer_id, batch):
+    def attend(self, q, layer_id, batch, out=None):
         self.attended.append(layer_id)
-        return super().attend(q, layer_id, batch)
+        return super().attend(q, layer_id, batch, out)
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -75,9 +76,14 @@ def test_hybrid_stores_once_and_attends_with_the_phase_backend(
     monkeypatch.setattr(pool, "store_kv", counted_store)
     prefill, decode = RecordingTorch(cfg), RecordingTorch(cfg)
     got = run_backend(HybridBackend(prefill, decode), batch, q, k, v)
+    assert stores == [0, 1]
+    if case == "mixed":  # each part by its backend (`attention/mixed.py`), the same output
+        assert prefill.attended == decode.attended == [0, 1]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+        return
     picked, other = (decode, prefill) if batch.is_decode else (prefill, decode)
     assert picked.attended == [0, 1] and other.attended == []
-    assert stores == [0, 1]
     for g, w in zip(got, want):
         assert torch.equal(g, w)
 
@@ -124,3 +130,20 @@ def test_a_backend_refuses_a_kv_dtype_it_cannot_read() -> None:
     assert reads(bf16, FP8) and reads(bf16, torch.bfloat16)
     assert not reads(bf16, torch.float16)
     assert reads(SimpleNamespace(cfg=SimpleNamespace(dtype=torch.float32)), FP8)  # Triton reads
+
+
+def test_a_mixed_batch_splits_at_its_trailing_one_token_requests() -> None:
+    from radixserve.attention.mixed import split_decode_tail
+
+    _, batch, *_ = backend_case("cpu", torch.float32, 4, [9, 0, 5, 30, 7], [6, 11, 2, 1, 1],
+                                (4, 2), 16)
+    parts = split_decode_tail(batch)
+    assert parts is not None and parts.split == 6 + 11 + 2  # the third request ends the prefill
+    assert parts.prefill.extend_lens_cpu == [6, 11, 2] and parts.decode.extend_lens_cpu == [1, 1]
+    assert parts.decode.is_decode and not parts.prefill.is_decode
+    assert parts.decode.seq_lens.tolist() == [31, 8]
+    assert torch.equal(parts.decode.out_loc, batch.out_loc[19:])
+    assert torch.equal(parts.prefill.req_rows, batch.req_rows[:3])
+    for prefix, ext in (([9, 0], [6, 11]), ([0, 4], [1, 1])):  # prompts only; decode only
+        _, other, *_ = backend_case("cpu", torch.float32, 4, prefix, ext, (4, 2), 16)
+        assert split_decode_tail(other) is None

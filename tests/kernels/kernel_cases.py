@@ -77,6 +77,17 @@ def check_rmsnorm(dev: str, dtype: torch.dtype, rows: int, dim: int) -> None:
     want_out, want_res = fused_add_rms_norm_ref(x, res, w, 1e-6)
     close(out, want_out, dtype)
     close(new_res, want_res, dtype)
+    # into given buffers (a prefill graph's static outputs): written there, and returned
+    for fn in (fused_add_rms_norm, fused_add_rms_norm_ref):
+        buf, res_buf = torch.full_like(x, 9.0), torch.full_like(x, 9.0)
+        got, got_res = fn(x, res, w, 1e-6, out=buf, residual_out=res_buf)
+        assert got.data_ptr() == buf.data_ptr() and got_res.data_ptr() == res_buf.data_ptr()
+        close(buf, want_out, dtype)
+        close(res_buf, want_res, dtype)
+    for fn in (rms_norm, rms_norm_ref):
+        buf = torch.full_like(strided.contiguous(), 9.0)
+        assert fn(strided, w, 1e-6, out=buf).data_ptr() == buf.data_ptr()
+        close(buf, rms_norm_ref(strided, w, 1e-6), dtype)
 
 
 def check_silu_and_mul(dev: str, dtype: torch.dtype, rows: int, inter: int) -> None:

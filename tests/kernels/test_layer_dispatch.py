@@ -227,3 +227,17 @@ def test_linear_streams_few_16bit_rows_through_the_skinny_kernel(monkeypatch) ->
         want = torch.nn.functional.linear(x.float(), w.float(), b.float())
         torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
     assert rows_seen == [1, 16]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_into_a_buffer_equals_f_linear(bias: bool) -> None:
+    """`out` (a prefill graph's static qkv buffer): the same product, written there."""
+    from radixserve.layers import linear as lin
+
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(33, 40, generator=gen), torch.randn(24, 40, generator=gen)
+    b = torch.randn(24, generator=gen) if bias else None
+    buf = torch.full((33, 24), 9.0)
+    got = lin.linear(x, w, b, out=buf)
+    assert got.data_ptr() == buf.data_ptr()
+    assert torch.equal(buf, torch.nn.functional.linear(x, w, b))

@@ -14,6 +14,7 @@ CASES = {
     "prefill": ([0, 0], [5, 40]),
     "extend": ([9, 33, 0], [1, 20, 7]),
     "decode": ([0, 4, 15, 16, 80], [1] * 5),
+    "mixed": ([0, 9, 40, 16, 3], [30, 12, 1, 1, 1]),  # prompt chunks, then decode tokens
 }
 
 

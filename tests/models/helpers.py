@@ -22,10 +22,11 @@ class DenseCausalBackend(BaseAttnBackend):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer_id: int,
-        batch: Batch,
+        batch: Batch, out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attends over the k/v handed in: there is no pool to store them in or read them from."""
         assert k is not None and v is not None, "DenseCausalBackend has no KV pool"
+        assert out is None, "the model runs eagerly here: no static output buffer"
         groups = q.shape[1] // k.shape[1]
         k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
         out = F.scaled_dot_product_attention(

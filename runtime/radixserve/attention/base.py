@@ -55,20 +55,24 @@ class BaseAttnBackend(ABC):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer_id: int,
-        batch: Batch,
+        batch: Batch, out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q [T, Hq, D], k/v [T, Hkv, D] for the batch's new tokens. Stores k/v into the KV pool at
         `batch.out_loc`, then returns `attend`'s output. k and v None: the pool already holds them
-        there (on CUDA the rotary kernel stores them in the same launch)."""
+        there (on CUDA the rotary kernel stores them in the same launch). `out`: a contiguous
+        [T, Hq, D] buffer the output goes to (and is returned)."""
         if k is not None:
             assert v is not None, "k and v come together"
             self.cfg.kv_pool.store_kv(k, v, batch.out_loc, layer_id)
-        return self.attend(q, layer_id, batch)
+        # (a backend written before `out` existed still serves batches that pass none)
+        return self.attend(q, layer_id, batch) if out is None else self.attend(q, layer_id, batch, out)
 
     @abstractmethod
-    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         """Causal attention output [T, Hq, D] of q [T, Hq, D] over each request's whole KV in the
-        pool (cached prefix + the new tokens, already stored at `batch.out_loc`)."""
+        pool (cached prefix + the new tokens, already stored at `batch.out_loc`); written to
+        `out` when given."""
 
     @property
     def supports_cuda_graph(self) -> bool:

@@ -124,9 +124,10 @@ class FlashInferBackend(BaseAttnBackend):
             return self._fallback.prepare(batch)
         self._plan(self._decode if batch.is_decode else self._prefill, batch, None)
 
-    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         if self._fallback is not None:
-            return self._fallback.attend(q, layer_id, batch)
+            return self._fallback.attend(q, layer_id, batch, out)
         md: FlashInferMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool, p = self.cfg.kv_pool, self.cfg.page_size
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
@@ -134,12 +135,12 @@ class FlashInferBackend(BaseAttnBackend):
         # NOTE: q as it comes, a strided view of the qkv projection: FlashInfer's FA2 kernels
         # take q's row and head strides, and a copy cost 1.2 ms per 8k-token prefill on the H200
         if not pool.is_fp8:
-            return md.wrapper.run(q, paged)
+            return md.wrapper.run(q, paged, out=out)
         # floats, so a CUDA graph captures them as constants; a V scale of 1.0 is left out, as
         # FlashInfer multiplies the output by it in a separate launch
         v_scale = pool.v_scale(layer_id)
         return md.wrapper.run(q, paged, k_scale=pool.k_scale(layer_id),
-                              v_scale=None if v_scale == 1.0 else v_scale)
+                              v_scale=None if v_scale == 1.0 else v_scale, out=out)
 
     # CUDA graphs: one decode wrapper per captured batch size over shared static buffers;
     # replay re-plans into them (plan() runs outside the graph, as FlashInfer requires).

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from radixserve.attention.base import BaseAttnBackend
+from radixserve.attention.mixed import MixedParts, attend_parts, split_decode_tail
 
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
@@ -24,10 +25,18 @@ class HybridBackend(BaseAttnBackend):
         return self.decode if batch.is_decode else self.prefill
 
     def prepare(self, batch: Batch) -> None:
-        self._pick(batch).prepare(batch)
+        """A mixed batch's one-token requests go to the decode backend (`attention/mixed.py`)."""
+        if (parts := split_decode_tail(batch)) is None:
+            return self._pick(batch).prepare(batch)
+        self.prefill.prepare(parts.prefill)
+        self.decode.prepare(parts.decode)
+        batch.attn_metadata = parts
 
-    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
-        return self._pick(batch).attend(q, layer_id, batch)
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(batch.attn_metadata, MixedParts):
+            return attend_parts(self.prefill, self.decode, q, layer_id, batch.attn_metadata, out)
+        return self._pick(batch).attend(q, layer_id, batch, out)
 
     # CUDA graphs only ever capture decode batches
     @property

@@ -50,7 +50,8 @@ class TorchBackend(BaseAttnBackend):
         tok_pos = torch.arange(int(ext_t.sum()), device=dev) - starts[tok_req]
         batch.attn_metadata = TorchMetadata(kv_idx, mask[:, None], tok_req, tok_pos, max_q)
 
-    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         md: TorchMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool = self.cfg.kv_pool
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
@@ -60,8 +61,9 @@ class TorchBackend(BaseAttnBackend):
         bs, hq, d = len(batch.seq_lens_cpu), q.shape[1], q.shape[2]
         q_pad = q.new_zeros(bs, md.max_q, hq, d)
         q_pad[md.tok_req, md.tok_pos] = q
-        out = F.scaled_dot_product_attention(
+        o = F.scaled_dot_product_attention(
             q_pad.transpose(1, 2), keys, vals,
             attn_mask=md.mask, scale=self.cfg.scale, enable_gqa=hq != keys.shape[1],
         )  # [bs, Hq, Lq, D]
-        return out.transpose(1, 2)[md.tok_req, md.tok_pos]
+        o = o.transpose(1, 2)[md.tok_req, md.tok_pos]
+        return o if out is None else out.copy_(o)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
+from radixserve.attention.mixed import MixedParts, attend_parts, split_decode_tail
 
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
@@ -48,6 +49,11 @@ class TritonBackend(BaseAttnBackend):
         return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order)
 
     def prepare(self, batch: Batch) -> None:
+        if (parts := split_decode_tail(batch)) is not None:  # a mixed batch: `attention/mixed.py`
+            self.prepare(parts.prefill)
+            self.prepare(parts.decode)
+            batch.attn_metadata = parts
+            return
         if batch.is_decode:
             batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens)
             return
@@ -57,9 +63,12 @@ class TritonBackend(BaseAttnBackend):
             batch.req_rows, batch.seq_lens, ext, qo_start, max(batch.extend_lens_cpu), 0
         )
 
-    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
+               out: torch.Tensor | None = None) -> torch.Tensor:
         from radixserve_kernels import decode_attention, extend_attention
 
+        if isinstance(batch.attn_metadata, MixedParts):
+            return attend_parts(self, self, q, layer_id, batch.attn_metadata, out)
         md: TritonMetadata = batch.attn_metadata  # type: ignore[assignment]
         pool, cfg = self.cfg.kv_pool, self.cfg
         k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
@@ -67,11 +76,11 @@ class TritonBackend(BaseAttnBackend):
         if md.extend_lens is None:
             return decode_attention(
                 q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, cfg.scale,
-                num_splits=md.num_splits, order=md.order, **scales,
+                num_splits=md.num_splits, out=out, order=md.order, **scales,
             )
         return extend_attention(
             q, k_cache, v_cache, cfg.page_table, md.req_rows, md.seq_lens, md.extend_lens,
-            cfg.scale, md.qo_start, md.max_extend, **scales,
+            cfg.scale, md.qo_start, md.max_extend, out=out, **scales,
         )
 
     # CUDA graphs: the captured kernels read request rows and lengths from static buffers that

@@ -55,6 +55,11 @@ def allreduce_desc() -> str:
             f"two-shot <= {p.two_shot_max_bytes // 1024} KiB, else nccl")
 
 
+def _prefill_graphs(eng) -> str:
+    runner = getattr(eng, "prefill_graphs", None)
+    return f"prefill graphs to {runner.max_tokens} tokens" if runner else "prefill graphs off"
+
+
 def describe(sched: Scheduler) -> str:
     from radixserve.kvcache.kv_dtype import kv_dtype_name
 
@@ -62,7 +67,8 @@ def describe(sched: Scheduler) -> str:
     tp = f"tp {eng.cfg.tp}, {allreduce_desc()}, " if eng.cfg.tp > 1 else ""
     return (f"{sched.device} {str(eng.dtype).removeprefix('torch.')}, kv {kv_dtype_name(eng.kv_dtype)}, "
             f"{tp}attn {type(eng.attn_backend).__name__}, "
-            f"graphs {'on' if eng.graph_runner else 'off'}, overlap {'on' if sched.overlap else 'off'}, "
+            f"graphs {'on' if eng.graph_runner else 'off'}, {_prefill_graphs(eng)}, "
+            f"overlap {'on' if sched.overlap else 'off'}, "
             f"mixed chunk {'on' if sched.cfg.mixed_chunk else 'off'}, "
             f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.cfg.max_prefill_length}")
 

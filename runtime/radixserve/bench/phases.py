@@ -6,8 +6,11 @@ an FP8 run's decode steps of 193-256 requests at 36% of it and its 18 prefill ba
 (docs/benchmarks.md).
 
 Beside it, the host's own time a step: `Scheduler.step`'s wall time less its wait for the last
-batch's tokens. Where it comes near the step's time, the device waits on the host: on the H200
-the prefill batches' host time equalled their device time (docs/benchmarks.md)."""
+batch's tokens. NOTE: a kernel launch that finds the device's queue full waits inside the launch,
+and that wait counts here: a host figure near the step's time means either that the device waits
+on the host or that the host waits, launching, on a busy device. On the H200 the offline prefill
+batches read so, and replaying them as CUDA graphs (6 ms of launches where eager took 20-40 ms)
+left their time unchanged: the device was the limit (docs/benchmarks.md, eighth session)."""
 from __future__ import annotations
 
 import time
@@ -90,7 +93,8 @@ class StepPhases:
         total = sum(r.ms for r in rows.values())
         where = "GPU time (CUDA events)" if self.clock.cuda else "wall clock"
         title = (f"  timed run by kind of step, {where} from each step's launch to the next; "
-                 "host: the scheduler's own time a step, its waits for tokens left out:")
+                 "host: the scheduler's own time a step, its waits for tokens left out "
+                 "(launches blocked on a busy device count in it):")
         head = (f"    {'kind':<16} {'steps':>6} {'seconds':>9} {'share':>7} {'ms/step':>9} "
                 f"{'host ms/step':>12} {'prompt tokens':>14}")
         lines = [title, head]

@@ -332,7 +332,8 @@ def run_offline(args: argparse.Namespace) -> int:
     if args.ablate:
         for label, kw in [
             ("  overlap off", {"s": dataclasses.replace(sch, overlap=False)}),
-            ("  cuda graphs off", {"e": dataclasses.replace(eng, cuda_graph_max_bs=0)}),
+            ("  cuda graphs off", {"e": dataclasses.replace(eng, cuda_graph_max_bs=0,
+                                                            prefill_graph_max_tokens=0)}),
             ("  naive cache", {"s": dataclasses.replace(sch, cache="naive")}),
         ]:
             tps = run(label, json_schema=main_schema, **kw)

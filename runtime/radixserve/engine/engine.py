@@ -17,16 +17,24 @@ from radixserve.engine.context import forward_batch
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.kv_sizing import kv_token_capacity
+from radixserve.engine.prefill_graph import PrefillGraphRunner
 from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.sizing import kv_bytes_per_token
+from radixserve.models.decoder import DecoderModel
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.loader import load_model, resolve_dtype
 from radixserve.scheduler.table import TableManager
 from radixserve_kernels import set_pdl
 
 logger = logging.getLogger(__name__)
+
+
+# Measured on the H200 (docs/benchmarks.md, eighth session): graphs made a 300-token prefill step
+# 2.2x faster and a 400-token one 3.1x, where the launches dwarf the GPU work; an 8k-token step,
+# GPU-bound, gained nothing. Larger batches than this stay eager unless asked for.
+DEFAULT_PREFILL_GRAPH_TOKENS = 2048
 
 
 def _round_up(x: int, m: int) -> int:
@@ -43,7 +51,10 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig, max_running_requests: int) -> None:
+    def __init__(self, cfg: EngineConfig, max_running_requests: int,
+                 max_prefill_length: int = 8192) -> None:
+        """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
+        prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise)."""
         from transformers import AutoConfig
 
         self.cfg = cfg
@@ -107,6 +118,13 @@ class Engine:
         self.graph_runner = self._make_graph_runner(cfg.cuda_graph_max_bs, max_running_requests)
         if self.graph_runner is not None:
             logger.info("graph capture: decode CUDA graphs in %.1fs", time.perf_counter() - t2)
+        t3 = time.perf_counter()
+        self.prefill_graphs = self._make_prefill_graphs(max_prefill_length)
+        if self.prefill_graphs is not None:
+            sizes = self.prefill_graphs.sizes
+            logger.info("graph capture: prefill CUDA graphs, %d pieces for each of %d token "
+                        "counts (%d-%d) in %.1fs", self.model.model.num_pieces, len(sizes),
+                        sizes[0], sizes[-1], time.perf_counter() - t3)
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), KV %d pages x %d tokens, attention %s",
             time.perf_counter() - t0, self.model_path, self.device, self.dtype, self.num_pages,
@@ -135,9 +153,22 @@ class Engine:
         forward = functools.partial(decode_logits, self.model, self.attn_backend)
         return CudaGraphRunner(forward, self.attn_backend, buffer)
 
+    def _make_prefill_graphs(self, max_prefill_length: int) -> PrefillGraphRunner | None:
+        n = self.cfg.prefill_graph_max_tokens
+        n = min(DEFAULT_PREFILL_GRAPH_TOKENS if n is None else n, max_prefill_length)
+        if self.device.type != "cuda" or n == 0 or not isinstance(
+                getattr(self.model, "model", None), DecoderModel):
+            return None
+        if get_tp_info().size > 1:  # NOTE: not yet run on GPUs with TP: prefill stays eager
+            logger.info("prefill CUDA graphs: off at tp %d (eager prefill)", get_tp_info().size)
+            return None
+        return PrefillGraphRunner(self.model.model, self.attn_backend, n, self.kv_pool.dummy_slot)
+
     @torch.inference_mode()
     def forward_hidden(self, batch: Batch) -> torch.Tensor:
         """Hidden states of every token of the batch [T, H] (writes their KV)."""
+        if self.prefill_graphs is not None and self.prefill_graphs.can_run(batch):
+            return self.prefill_graphs.run(batch)
         self.attn_backend.prepare(batch)
         with forward_batch(batch, self.attn_backend):
             return self.model(batch.input_ids, batch.positions)
@@ -145,7 +176,7 @@ class Engine:
     @torch.inference_mode()
     def forward_keeping(self, batch: Batch, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A prefill batch's last-token logits, and the hidden states of its tokens at `keep`
-        (prompt logprobs). Never a graph replay."""
+        (prompt logprobs). Never a decode graph replay."""
         assert not batch.is_decode
         hidden = self.forward_hidden(batch)
         last = hidden[torch.cumsum(batch.extend_lens, 0) - 1]

@@ -51,14 +51,17 @@ class AttentionLayer(nn.Module):
                              pool.v_scale(i))
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q [T, Hq*D], k/v [T, Hkv*D] -> [T, Hq*D]. `kv_stored`: k/v are already at
-        `kv_destination()`, so the backend only attends."""
+        `kv_destination()`, so the backend only attends. `out`: a contiguous [T, Hq*D] buffer
+        for the result (what a prefill graph's next piece reads)."""
         backend, batch = _running()
         t, d = q.shape[0], self.head_dim
         kv = (None, None) if kv_stored else (
             k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
         )
-        out = backend.forward(q.view(t, self.num_heads, d), *kv, self.layer_id, batch)
-        return out.reshape(t, self.num_heads * d)
+        heads_out = None if out is None else out.view(t, self.num_heads, d)
+        o = backend.forward(q.view(t, self.num_heads, d), *kv, self.layer_id, batch, heads_out)
+        return o.reshape(t, self.num_heads * d)

@@ -14,14 +14,22 @@ from radixserve.utils import kernel_path
 from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           out: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear`, except that a few rows of a 16-bit activation on CUDA (decode at small batch)
     take the skinny Triton kernel, which streams the weight at a higher share of the bandwidth
-    than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference."""
+    than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference.
+    `out` (x [T, in] only): a contiguous [T, out] buffer the product is written to."""
     if (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
             and kernel_path.use_triton(x)):
-        return skinny_gemm(x, weight, bias)
-    return F.linear(x, weight, bias)
+        y = skinny_gemm(x, weight, bias)
+        return y if out is None else out.copy_(y)
+    if out is None:
+        return F.linear(x, weight, bias)
+    # cuBLAS writes the product straight into `out`: the same kernel F.linear picks
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 class _Linear(nn.Module):
@@ -30,8 +38,8 @@ class _Linear(nn.Module):
         self.weight = new_param(out_local, in_local)
         self.bias = new_param(out_local) if bias else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, out)
 
 
 class ReplicatedLinear(_Linear):

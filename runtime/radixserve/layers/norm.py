@@ -24,15 +24,17 @@ class RMSNorm(nn.Module):
         self.weight = new_param(hidden)
 
     def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None = None
+        self, x: torch.Tensor, residual: torch.Tensor | None = None, *,
+        out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Without `residual`: norm(x). With it: (norm(x + residual), x + residual). x may be a
-        strided [T, H, D] view (per-head norms of a fused QKV)."""
+        strided [T, H, D] view (per-head norms of a fused QKV). `out`/`residual_out`: contiguous
+        buffers to write the results to (a CUDA graph's static outputs)."""
         triton = kernel_path.use_triton(x)
         if residual is None:
-            return (rms_norm if triton else rms_norm_ref)(x, self.weight, self.eps)
+            return (rms_norm if triton else rms_norm_ref)(x, self.weight, self.eps, out)
         fn = fused_add_rms_norm if triton else fused_add_rms_norm_ref
-        return fn(x, residual, self.weight, self.eps)
+        return fn(x, residual, self.weight, self.eps, out, residual_out)
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None

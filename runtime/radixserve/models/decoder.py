@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -35,6 +35,26 @@ class AttnOptions:
     qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before rope
 
 
+class AttnInputs(NamedTuple):
+    """What one layer's attention reads: q [T, Hq*D] and k/v [T, Hkv*D] (views of the fused qkv
+    projection), whether k/v are already in the KV pool, and the residual stream [T, H]."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    kv_stored: bool
+    residual: torch.Tensor
+
+
+class PieceBuffers(NamedTuple):
+    """Where a prefill graph's piece writes what outlives it (`DecoderModel.piece`): the qkv
+    projection [T, (Hq+2Hkv)*D], the residual [T, H], and the last piece's hidden states [T, H]."""
+
+    qkv: torch.Tensor
+    residual: torch.Tensor
+    hidden: torch.Tensor
+
+
 class DecoderAttention(nn.Module):
     def __init__(self, cfg: Any, layer_id: int, rotary: RotaryEmbedding, opts: AttnOptions) -> None:
         super().__init__()
@@ -52,12 +72,17 @@ class DecoderAttention(nn.Module):
             layer_id, self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads, head_dim
         )
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+    def project(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor,
+                qkv_out: torch.Tensor | None = None) -> AttnInputs:
+        """q, k, v of x, normed and rotated (into `qkv_out` when given)."""
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x, qkv_out))
         # on the kernel path the rotary launch also stores k/v in the KV pool (one launch fewer)
         dest = self.attn.kv_destination() if kernel_path.use_triton(q) else None
         q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm, v, dest)
-        return self.o_proj(self.attn(q, k, v, kv_stored=dest is not None))
+        return AttnInputs(q, k, v, dest is not None, residual)
+
+    def attend(self, a: AttnInputs, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.attn(a.q, a.k, a.v, a.kv_stored, out)
 
 
 class DenseMLP(nn.Module):
@@ -82,15 +107,20 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps)
         self.mlp = mlp
 
-    def forward(
-        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def before_attn(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
+                    bufs: PieceBuffers | None = None) -> AttnInputs:
+        """x: the previous layer's output (the embeddings, with residual None, for layer 0)."""
         if residual is None:
-            residual, x = x, self.input_layernorm(x)
+            residual = x if bufs is None else bufs.residual.copy_(x)
+            x = self.input_layernorm(x)
         else:
-            x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x)
-        x, residual = self.post_attention_layernorm(x, residual)
+            x, residual = self.input_layernorm(
+                x, residual, residual_out=None if bufs is None else bufs.residual)
+        return self.self_attn.project(positions, x, residual, None if bufs is None else bufs.qkv)
+
+    def after_attn(self, o: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's output, the residual stream) from its attention output o [T, Hq*D]."""
+        x, residual = self.post_attention_layernorm(self.self_attn.o_proj(o), residual)
         return self.mlp(x), residual
 
 
@@ -105,11 +135,36 @@ class DecoderModel(nn.Module):
         )
         self.norm = RMSNorm(cfg.hidden_size, hc.rms_norm_eps(cfg))
 
+    @property
+    def num_pieces(self) -> int:
+        return len(self.layers) + 1
+
+    def piece(self, i: int, input_ids: torch.Tensor, positions: torch.Tensor,
+              o: torch.Tensor | None, residual: torch.Tensor | None,
+              bufs: PieceBuffers | None = None) -> AttnInputs | torch.Tensor:
+        """The model between two attention calls. Piece 0 embeds `input_ids` and projects layer
+        0's q/k/v; piece i finishes layer i-1 from its attention output `o` and the residual, then
+        projects layer i's; the last piece (i = len(layers)) finishes the last layer and returns
+        the final hidden states [T, H]. With `bufs` (a prefill graph) every output that outlives
+        the piece is written to those buffers, so each captured graph leaves it where the next
+        reads it."""
+        if i == 0:
+            x, residual = self.embed_tokens(input_ids), None
+        else:
+            assert o is not None and residual is not None, "piece i > 0 needs layer i-1's attention"
+            x, residual = self.layers[i - 1].after_attn(o, residual)
+        if i == len(self.layers):
+            return self.norm(x, residual, out=None if bufs is None else bufs.hidden)[0]
+        return self.layers[i].before_attn(positions, x, residual, bufs)
+
+    def attend(self, i: int, a: AttnInputs, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.layers[i].self_attn.attend(a, out)
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        x, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, residual = layer(positions, x, residual)
-        return self.norm(x, residual)[0]
+        a = self.piece(0, input_ids, positions, None, None)
+        for i in range(len(self.layers)):
+            a = self.piece(i + 1, input_ids, positions, self.attend(i, a), a.residual)
+        return a
 
 
 class DecoderForCausalLM(BaseCausalLM):

@@ -60,7 +60,7 @@ _IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long f
 class Scheduler:
     def __init__(self, engine: EngineConfig, sched: SchedulerConfig) -> None:
         self.cfg = sched
-        self.engine = Engine(engine, sched.max_running_requests)
+        self.engine = Engine(engine, sched.max_running_requests, sched.max_prefill_length)
         self.device = self.engine.device
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)

@@ -50,14 +50,16 @@ def release_cuda_graphs(sched: Scheduler) -> None:
     destroyed, and NCCL's finalize (inside destroy_process_group) waits for those references:
     with the decode graphs alive, leaving the group hung on every rank (seen on two H200s). The
     scheduler cannot step afterwards; it is being torn down."""
-    runner = getattr(sched.engine, "graph_runner", None)
-    if runner is None:
+    runners = [getattr(sched.engine, name, None) for name in ("graph_runner", "prefill_graphs")]
+    if all(r is None for r in runners):
         return
     import torch
 
     torch.cuda.synchronize(sched.device)
-    runner.destroy()
-    sched.engine.graph_runner = None
+    for r in runners:
+        if r is not None:
+            r.destroy()
+    sched.engine.graph_runner = sched.engine.prefill_graphs = None
 
 
 class LeaderLost(RuntimeError):
