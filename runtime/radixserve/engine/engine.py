@@ -37,6 +37,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_PREFILL_GRAPH_TOKENS = 2048
 
 
+def prefill_graph_tokens(asked: int | None, max_prefill_length: int) -> int:
+    """The largest prefill batch captured (0: none): what was asked, else the default, never
+    more than the scheduler's largest prefill batch (larger counts would never replay)."""
+    return min(DEFAULT_PREFILL_GRAPH_TOKENS if asked is None else asked, max_prefill_length)
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -154,8 +160,7 @@ class Engine:
         return CudaGraphRunner(forward, self.attn_backend, buffer)
 
     def _make_prefill_graphs(self, max_prefill_length: int) -> PrefillGraphRunner | None:
-        n = self.cfg.prefill_graph_max_tokens
-        n = min(DEFAULT_PREFILL_GRAPH_TOKENS if n is None else n, max_prefill_length)
+        n = prefill_graph_tokens(self.cfg.prefill_graph_max_tokens, max_prefill_length)
         if self.device.type != "cuda" or n == 0 or not isinstance(
                 getattr(self.model, "model", None), DecoderModel):
             return None
