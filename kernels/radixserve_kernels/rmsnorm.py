@@ -46,16 +46,20 @@ def _launch(x, residual, weight, eps, out=None, residual_out=None):
     # the kernel writes both outputs row-major with x's shape (given buffers must be so too)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    assert out.shape == x.shape and out.is_contiguous(), "out: contiguous, x's shape"
+    else:
+        assert out.shape == x.shape and out.is_contiguous(), "out: contiguous, x's shape"
     rows = out.numel() // d
     if residual is None:
         rr, rs0, rs1, res_out = xr, 0, 0, out
     else:
         rr, rs0, rs1, r_inner = _as_rows(residual.view(x.shape))
         assert r_inner == inner, "residual must have x's shape"
-        res_out = torch.empty_like(out) if residual_out is None else residual_out
-        assert res_out.shape == x.shape and res_out.is_contiguous(), (
-            "residual_out: contiguous, x's shape")
+        if residual_out is None:
+            res_out = torch.empty_like(out)
+        else:
+            assert residual_out.shape == x.shape and residual_out.is_contiguous(), (
+                "residual_out: contiguous, x's shape")
+            res_out = residual_out
     block = next_pow2(d)
     if rows:
         rmsnorm_kernel[(rows,)](

@@ -64,8 +64,7 @@ class BaseAttnBackend(ABC):
         if k is not None:
             assert v is not None, "k and v come together"
             self.cfg.kv_pool.store_kv(k, v, batch.out_loc, layer_id)
-        # (a backend written before `out` existed still serves batches that pass none)
-        return self.attend(q, layer_id, batch) if out is None else self.attend(q, layer_id, batch, out)
+        return self.attend(q, layer_id, batch, out)
 
     @abstractmethod
     def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,

@@ -56,7 +56,7 @@ def allreduce_desc() -> str:
 
 
 def _prefill_graphs(eng) -> str:
-    runner = getattr(eng, "prefill_graphs", None)
+    runner = eng.prefill_graphs
     return f"prefill graphs to {runner.max_tokens} tokens" if runner else "prefill graphs off"
 
 

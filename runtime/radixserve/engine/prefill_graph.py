@@ -22,7 +22,6 @@ buffers: the code path a graph captures, checked against the plain forward."""
 from __future__ import annotations
 
 import bisect
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +33,6 @@ from radixserve.models.decoder import AttnInputs, DecoderModel, PieceBuffers
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
-
-logger = logging.getLogger(__name__)
 
 Piece = Callable[[], Any]  # runs (or replays) one piece; returns its AttnInputs or hidden states
 
@@ -59,7 +56,7 @@ class PrefillGraphRunner:
     def __init__(self, model: DecoderModel, attn_backend: BaseAttnBackend, max_tokens: int,
                  dummy_slot: int, *, use_graphs: bool = True) -> None:
         self.model, self.attn_backend, self.max_tokens = model, attn_backend, max_tokens
-        self.use_graphs, self.dummy_slot = use_graphs, dummy_slot
+        self.dummy_slot = dummy_slot
         self.sizes = prefill_token_counts(max_tokens)
         attn0 = model.layers[0].self_attn
         w = model.embed_tokens.weight
@@ -75,6 +72,7 @@ class PrefillGraphRunner:
         self.attn_out = torch.zeros(
             max_tokens, attn0.attn.num_heads * attn0.attn.head_dim, dtype=dtype, device=dev)
         self.pieces: dict[int, list[Piece]] = {}
+        self._graphs: list[torch.cuda.CUDAGraph] = []  # every captured graph (for destroy)
         self._pool: Any = None
         if use_graphs:
             self._capture_all()
@@ -128,11 +126,11 @@ class PrefillGraphRunner:
         with torch.cuda.graph(graph, pool=self._pool, stream=stream):
             out = fn()
         self._pool = graph.pool()
+        self._graphs.append(graph)
 
         def replay() -> Any:
             graph.replay()
             return out
-        replay.graph = graph  # type: ignore[attr-defined]  (for destroy)
         return replay
 
     def run(self, batch: Batch) -> torch.Tensor:
@@ -155,8 +153,7 @@ class PrefillGraphRunner:
         return a[:t]
 
     def destroy(self) -> None:
-        for pieces in self.pieces.values():
-            for p in pieces:
-                if (g := getattr(p, "graph", None)) is not None:
-                    g.reset()
+        for graph in self._graphs:
+            graph.reset()
+        self._graphs.clear()
         self.pieces.clear()

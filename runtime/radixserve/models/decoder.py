@@ -74,7 +74,8 @@ class DecoderAttention(nn.Module):
 
     def project(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor,
                 qkv_out: torch.Tensor | None = None) -> AttnInputs:
-        """q, k, v of x, normed and rotated (into `qkv_out` when given)."""
+        """q, k, v of x, normed and rotated (into `qkv_out` when given), with the residual
+        stream that passes around this attention."""
         q, k, v = self.qkv_proj.split(self.qkv_proj(x, qkv_out))
         # on the kernel path the rotary launch also stores k/v in the KV pool (one launch fewer)
         dest = self.attn.kv_destination() if kernel_path.use_triton(q) else None
