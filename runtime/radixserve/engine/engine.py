@@ -26,6 +26,7 @@ from radixserve.models.decoder import DecoderModel
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.loader import load_model, resolve_dtype
 from radixserve.scheduler.table import TableManager
+from radixserve.utils import kernel_path
 from radixserve_kernels import set_pdl
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,11 @@ class Engine:
         n = prefill_graph_tokens(self.cfg.prefill_graph_max_tokens, max_prefill_length)
         if self.device.type != "cuda" or n == 0 or not isinstance(
                 getattr(self.model, "model", None), DecoderModel):
+            return None
+        if not kernel_path.use_triton(torch.empty(0, device=self.device)):
+            # the layers' torch twins are not all capturable (the MoE reference reads expert
+            # ids on the host), so without the Triton kernels prefill stays eager
+            logger.info("prefill CUDA graphs: off without the Triton kernels (eager prefill)")
             return None
         if get_tp_info().size > 1:  # NOTE: not yet run on GPUs with TP: prefill stays eager
             logger.info("prefill CUDA graphs: off at tp %d (eager prefill)", get_tp_info().size)
