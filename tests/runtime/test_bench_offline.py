@@ -128,18 +128,55 @@ def test_phases_split_the_timed_run_by_kind_of_step(tiny_ckpts, capsys) -> None:
     assert main(argv) == 0
     out = capsys.readouterr().out
     rows = {m[0]: m[1:] for m in re.findall(
-        r"^    (prefill|decode \S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)\s*(\d*)$",
-        out, re.MULTILINE)}
+        r"^    (prefill|decode \S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)\s+(\d*)"
+        r"\s+([\d.]+)\s*([\d.]*)$", out, re.MULTILINE)}
     assert set(rows) == {"prefill", "decode 1-16"}, out
     vocab = AutoConfig.from_pretrained(path).vocab_size
     prompts = sum(len(r.input_ids) for r in random_workload(7, (4, 40), (12, 12), vocab, seed=0))
     assert int(rows["prefill"][5]) == prompts
     assert 11 <= int(rows["decode 1-16"][0]) <= 12
-    for steps, _, _, ms, host, _ in rows.values():  # (the host's time lies within the step's)
+    # the KV read rate is printed for decode rows only (their steps are decode attention)
+    assert rows["prefill"][7] == "" and float(rows["decode 1-16"][7]) >= 0
+    for steps, _, _, ms, host, *_ in rows.values():  # (the host's time lies within the step's)
         assert 0.5 * float(ms) < float(host) <= float(ms) + 0.02, (steps, ms, host)
     total = float(re.search(r"^    all\s+\d+\s+([\d.]+)$", out, re.MULTILINE).group(1))
     assert sum(float(r[1]) for r in rows.values()) == pytest.approx(total, abs=2e-3)
     assert sum(float(r[2]) for r in rows.values()) == pytest.approx(100, abs=0.2)
+
+
+@pytest.mark.parametrize("overlap,mixed", [(False, True), (False, False), (True, True)],
+                         ids=["mixed", "unmixed", "overlap"])
+def test_phases_count_the_kv_each_decode_row_reads(tiny_ckpts, overlap: bool, mixed: bool) -> None:
+    """A request of n prompt tokens and m output tokens makes m - 1 decode rows (its first token
+    comes from its prefill), and the row of its t-th token attends over n + t tokens' KV, whether
+    the rows ride in prefill batches (mixed) or not. Overlap may launch one row past a request's
+    end. The bytes are those tokens times the KV bytes of a token over all layers (float32)."""
+    from transformers import AutoConfig
+
+    from radixserve.bench.offline import run_scheduler
+    from radixserve.bench.phases import StepPhases
+    from radixserve.bench.workload import random_workload
+    from radixserve.config import EngineConfig, SchedulerConfig
+    from radixserve.scheduler.scheduler import Scheduler
+
+    path = tiny_ckpts["llama"]
+    cfg = AutoConfig.from_pretrained(path)
+    reqs = random_workload(6, (3, 30), (2, 9), cfg.vocab_size, seed=1)
+    sched = Scheduler(EngineConfig(model=str(path), dtype="float32", device="cpu"),
+                      SchedulerConfig(max_running_requests=4, max_prefill_length=16,
+                                      overlap=overlap, mixed_chunk=mixed))
+    phases = StepPhases.on(sched.device, sched.engine.kv_bytes_per_token)
+    run_scheduler(sched, reqs, phases=phases)
+    read = sum(r.kv_tokens for r in phases.rows().values())
+    want = sum(len(r.input_ids) + t for r in reqs for t in range(1, r.output_len))
+    if overlap:
+        assert want <= read <= want + sum(len(r.input_ids) + r.output_len for r in reqs)
+    else:
+        assert read == want
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    assert phases.kv_bytes_per_token == cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * 4
+    if mixed and not overlap:  # some decode rows rode in a chunked prompt's batch
+        assert phases.rows()["prefill"].kv_tokens > 0
 
 
 def test_step_kinds_band_decode_batches() -> None:

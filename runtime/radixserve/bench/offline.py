@@ -90,7 +90,7 @@ def bench_config(
             warm = (reqs if warmup_reqs is None else warmup_reqs)[:warmup]
             run_scheduler(sched, warm, uid0=10**9, json_schema=json_schema)
         prefilled = sched.prefill_tokens
-        steps = StepPhases.on(sched.device) if phases else None
+        steps = StepPhases.on(sched.device, sched.engine.kv_bytes_per_token) if phases else None
         secs, toks = run_scheduler(sched, reqs, json_schema=json_schema, phases=steps)
         if stats is not None:
             stats["prefill_tokens"] = sched.prefill_tokens - prefilled

@@ -10,7 +10,12 @@ batch's tokens. NOTE: a kernel launch that finds the device's queue full waits i
 and that wait counts here: a host figure near the step's time means either that the device waits
 on the host or that the host waits, launching, on a busy device. On the H200 the offline prefill
 batches read so, and replaying them as CUDA graphs (6 ms of launches where eager took 20-40 ms)
-left their time unchanged: the device was the limit (docs/benchmarks.md, eighth session)."""
+left their time unchanged: the device was the limit (docs/benchmarks.md, eighth session).
+
+And the KV bytes the decode rows read (every decode row attends over its whole context), with
+the rate they were read at over each decode band's time: decode attention is bound by those
+bytes, so that rate against the GPU's memory bandwidth says how much of a band's time is left
+for anything else."""
 from __future__ import annotations
 
 import time
@@ -40,6 +45,7 @@ class _Row:
     ms: float = 0.0
     host_ms: float = 0.0
     prompt_tokens: int = 0
+    kv_tokens: int = 0
 
 
 @dataclass
@@ -47,22 +53,24 @@ class StepPhases:
     """Filled by `run_scheduler` around each step of the timed run, read by `table`."""
 
     clock: Clock
+    kv_bytes_per_token: int = 0  # this rank's KV bytes a token, all layers
     marks: list[Any] = field(default_factory=list)
-    kinds: list[tuple[str, int]] = field(default_factory=list)  # (kind, prompt tokens)
+    kinds: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, prompt, KV tokens)
     host_ms: list[float] = field(default_factory=list)  # per step, as `kinds`
-    _before: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)
+    _before: tuple[int, int, int, float, float] = (0, 0, 0, 0.0, 0.0)
 
     @classmethod
-    def on(cls, device: torch.device) -> StepPhases:
-        return cls(Clock(device.type == "cuda"))
+    def on(cls, device: torch.device, kv_bytes_per_token: int = 0) -> StepPhases:
+        return cls(Clock(device.type == "cuda"), kv_bytes_per_token)
 
     def before_step(self, sched: Any) -> None:
         self.marks.append(self.clock.mark())
         decoding = sum(1 for r in sched.running if r.prefill_done)
-        self._before = (sched.prefill_tokens, decoding, time.perf_counter(), sched.token_wait_s)
+        self._before = (sched.prefill_tokens, sched.decode_kv_tokens, decoding,
+                        time.perf_counter(), sched.token_wait_s)
 
     def after_step(self, sched: Any) -> None:
-        tokens, decoding, start, waited = self._before
+        tokens, kv_tokens, decoding, start, waited = self._before
         host = 1000 * (time.perf_counter() - start - (sched.token_wait_s - waited))
         prefilled = sched.prefill_tokens - tokens
         if not prefilled and not decoding:
@@ -70,7 +78,8 @@ class StepPhases:
             if self.host_ms:
                 self.host_ms[-1] += host
             return
-        self.kinds.append((step_kind(prefilled, decoding), prefilled))
+        self.kinds.append((step_kind(prefilled, decoding), prefilled,
+                           sched.decode_kv_tokens - kv_tokens))
         self.host_ms.append(host)
 
     def finish(self) -> None:
@@ -79,13 +88,14 @@ class StepPhases:
 
     def rows(self) -> dict[str, _Row]:
         rows: dict[str, _Row] = {}
-        for (kind, tokens), host, start, end in zip(self.kinds, self.host_ms, self.marks,
-                                                    self.marks[1:]):
+        for (kind, tokens, kv), host, start, end in zip(self.kinds, self.host_ms, self.marks,
+                                                        self.marks[1:]):
             row = rows.setdefault(kind, _Row())
             row.steps += 1
             row.ms += self.clock.ms(start, end)
             row.host_ms += host
             row.prompt_tokens += tokens
+            row.kv_tokens += kv
         return {kind: rows[kind] for kind in KINDS if kind in rows}
 
     def table(self) -> str:
@@ -96,10 +106,15 @@ class StepPhases:
                  "host: the scheduler's own time a step, its waits for tokens left out "
                  "(launches blocked on a busy device count in it):")
         head = (f"    {'kind':<16} {'steps':>6} {'seconds':>9} {'share':>7} {'ms/step':>9} "
-                f"{'host ms/step':>12} {'prompt tokens':>14}")
+                f"{'host ms/step':>12} {'prompt tokens':>14} {'KV GB read':>11} {'KV TB/s':>8}")
         lines = [title, head]
         for kind, r in rows.items():
+            gb = r.kv_tokens * self.kv_bytes_per_token / 1e9
+            # the read rate only where decode attention is the step (a prefill row's decode
+            # rows share their steps with the prompts' compute)
+            rate = f"{gb / max(r.ms, 1e-9):>8.2f}" if kind != KINDS[0] and gb else ""
             lines.append(f"    {kind:<16} {r.steps:>6} {r.ms / 1000:>9.3f} {100 * r.ms / max(total, 1e-9):>6.1f}% "
-                         f"{r.ms / r.steps:>9.2f} {r.host_ms / r.steps:>12.2f} {r.prompt_tokens or '':>14}")
+                         f"{r.ms / r.steps:>9.2f} {r.host_ms / r.steps:>12.2f} {r.prompt_tokens or '':>14} "
+                         f"{gb:>11.3f} {rate:>8}")
         lines.append(f"    {'all':<16} {sum(r.steps for r in rows.values()):>6} {total / 1000:>9.3f}")
         return "\n".join(lines)

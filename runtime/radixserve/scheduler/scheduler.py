@@ -82,6 +82,7 @@ class Scheduler:
         self._failures: list[RequestFailure] = []
         self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
+        self.decode_kv_tokens = 0  # KV tokens the decode rows attended over (bench --phases)
         self.token_wait_s = 0.0  # time spent waiting for batches' sampled tokens (bench --phases)
 
     @property
@@ -233,6 +234,8 @@ class Scheduler:
         embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
             req.kv_len += n
+        if decode or self.cfg.mixed_chunk:  # each decode row reads its whole context's KV
+            self.decode_kv_tokens += sum(r.kv_len for r in decoding)
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
