@@ -89,8 +89,9 @@ class Engine:
         self.kv_dtype = resolve_kv_dtype(cfg.kv_cache_dtype, self.dtype)
         check_kv_dtype_on_device(self.kv_dtype, self.device)
         scales = self._kv_scales(hc.num_hidden_layers)
-        per_token = kv_bytes_per_token(hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
-        self.kv_bytes_per_token = per_token  # this rank's, all layers (bench --phases)
+        # this rank's KV bytes a token, all layers (also read by bench --phases)
+        self.kv_bytes_per_token = per_token = kv_bytes_per_token(
+            hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
         want = max_running_requests * _round_up(self.max_seq_len, cfg.page_size)
         tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, per_token, cfg.memory_ratio, want)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest

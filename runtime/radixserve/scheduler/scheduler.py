@@ -226,7 +226,9 @@ class Scheduler:
         prefill = self.adder.schedule(self.running, self.waiting, budget) if budget > 0 else []
         self.prefill_tokens += sum(n for _, n in prefill)
         decode = not prefill
-        items = prefill + [(r, 1) for r in decoding] if decode or self.cfg.mixed_chunk else prefill
+        # the decode rows of this batch: all of them, or none when a prefill batch is not mixed
+        decode_rows = decoding if decode or self.cfg.mixed_chunk else []
+        items = prefill + [(r, 1) for r in decode_rows]
         if not items:
             return None
         batch = build_batch(items, self.table, self.device, decode)
@@ -234,8 +236,7 @@ class Scheduler:
         embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
             req.kv_len += n
-        if decode or self.cfg.mixed_chunk:  # each decode row reads its whole context's KV
-            self.decode_kv_tokens += sum(r.kv_len for r in decoding)
+        self.decode_kv_tokens += sum(r.kv_len for r in decode_rows)  # each reads its whole context
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
