@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from radixserve_kernels._utils import set_pdl, triton_usable
 from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
+from radixserve_kernels.argmax import argmax_rows, argmax_rows_ref
 from radixserve_kernels.decode_attention import (
     decode_attention,
     decode_attention_ref,
@@ -42,6 +43,8 @@ from radixserve_kernels.store_kv import store_kv, store_kv_ref
 __all__ = [
     "SKINNY_MAX_M",
     "apply_rotary_ref",
+    "argmax_rows",
+    "argmax_rows_ref",
     "build_cos_sin_cache",
     "decode_attention",
     "decode_attention_ref",

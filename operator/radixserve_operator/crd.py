@@ -278,7 +278,7 @@ def _runtime() -> dict[str, Any]:
             "cudaGraphMaxBs": _int(0, description="0 disables CUDA graphs."),
             "prefillGraphMaxTokens": _int(
                 0, description="Prefill batches up to this many tokens replayed as CUDA graphs "
-                               "(runtime default 2048); 0 disables."),
+                               "(runtime default 8192); 0 disables."),
             "attention": _str(
                 pattern=r"^[a-z_]+(,[a-z_]+)?$", description="auto | NAME | PREFILL,DECODE"
             ),

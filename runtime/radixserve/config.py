@@ -25,7 +25,7 @@ class EngineConfig:
     max_kv_tokens: int | None = None  # explicit KV capacity; default from memory (GPU) or a budget (CPU)
     cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
     # prefill batches of up to this many tokens (at most the prefill chunk, max_prefill_length)
-    # run as piecewise CUDA graphs; None: 2,048; 0 disables
+    # run as piecewise CUDA graphs; None: 8,192; 0 disables
     prefill_graph_max_tokens: int | None = None
     seed: int = 0
     load_format: str = "auto"  # auto: the checkpoint's weights | dummy: random, same shapes
@@ -129,7 +129,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
     p.add_argument("--prefill-graph-max-tokens", type=int, default=None,
                    help="prefill batches of up to this many tokens (at most --max-prefill-length) "
-                        "run as piecewise CUDA graphs (default 2048; 0 disables)")
+                        "run as piecewise CUDA graphs (default 8192; 0 disables)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of the checkpoint's shapes, none read (benchmarks "

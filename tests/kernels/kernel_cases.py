@@ -97,6 +97,31 @@ def check_silu_and_mul(dev: str, dtype: torch.dtype, rows: int, inter: int) -> N
     close(silu_and_mul(x), silu_and_mul_ref(x), dtype, scale=10)
 
 
+def check_argmax_rows(dev: str, dtype: torch.dtype, rows: int, cols: int, chunk: int) -> None:
+    """Against torch.argmax: random rows, a tie between two chunks and inside one (the first
+    column wins), a NaN (taken as the largest), rows all equal or all -inf, a strided view, and
+    a vocab that is no multiple of the chunk."""
+    from radixserve_kernels import argmax_rows, argmax_rows_ref
+
+    gen = torch.Generator().manual_seed(cols)
+    x = torch.randn(rows, cols, generator=gen).to(dtype)
+    top = x.max() + 1
+    x[0, [cols - 1, 2]] = top  # across chunks: column 2 first
+    x[1, [chunk + 1, chunk + 5]] = top  # inside one chunk
+    x[2, cols // 2] = float("nan")
+    x[3] = 0.0
+    x[4] = float("-inf")
+    x = x.to(dev)
+    got = argmax_rows(x, chunk=chunk)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, argmax_rows_ref(x)), (got, argmax_rows_ref(x))
+    assert got[:5].tolist() == [2, chunk + 1, cols // 2, 0, 0]
+    wide = torch.randn(rows, 2 * cols, generator=gen).to(dtype).to(dev)[:, ::2]
+    assert torch.equal(argmax_rows(wide, chunk=chunk), argmax_rows_ref(wide))
+    with pytest.raises(ValueError, match="rows, cols"):
+        argmax_rows(x[0], chunk=chunk)
+
+
 def check_rotary(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, int], dim: int,
                  inv_freq: torch.Tensor) -> None:
     from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_

@@ -23,6 +23,14 @@ def test_silu_and_mul(dtype: torch.dtype) -> None:
     kc.check_silu_and_mul("cuda", dtype, rows=257, inter=3072)
 
 
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float16])
+@pytest.mark.parametrize("rows", [5, 256])
+def test_argmax_rows_qwen_vocab(dtype: torch.dtype, rows: int) -> None:
+    from radixserve_kernels.argmax import ARGMAX_CHUNK
+
+    kc.check_argmax_rows("cuda", dtype, rows=rows, cols=151_936, chunk=ARGMAX_CHUNK)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", [64, 128])
 def test_rotary_default_and_llama3(dtype: torch.dtype, dim: int) -> None:

@@ -25,6 +25,11 @@ def test_silu_and_mul(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
+def test_argmax_rows(dtype: torch.dtype) -> None:
+    kc.check_argmax_rows("cpu", dtype, rows=6, cols=1000, chunk=128)
+
+
+@pytest.mark.parametrize("dtype", ELEMENTWISE)
 def test_rotary_default_and_llama3_frequencies(dtype: torch.dtype) -> None:
     plain = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
     llama3 = plain.clone()

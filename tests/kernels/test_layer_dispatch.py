@@ -30,6 +30,7 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def kernels_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter]:
     """Force the Triton path for CPU tensors; count each kernel launcher's calls."""
+    from radixserve.engine import sampler
     from radixserve.kvcache import pool
     from radixserve.layers import activation, moe, norm, rotary
     from radixserve.utils import kernel_path
@@ -46,6 +47,7 @@ def kernels_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter]
     for module, names in [
         (norm, ["rms_norm", "fused_add_rms_norm"]), (activation, ["silu_and_mul"]),
         (rotary, ["qk_norm_rope_"]), (pool, ["store_kv"]), (moe, ["topk_softmax"]),
+        (sampler, ["argmax_rows"]),
     ]:
         for name in names:
             monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
@@ -186,7 +188,8 @@ def test_pool_store_kv_through_kernel_matches_torch_path(kernels_on) -> None:
 
 def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
     """The whole engine on CPU (torch attention backend; the rotary kernel stores KV, not
-    `pool.store_kv`), prefill in chunks then decode: the same tokens with the kernels as without."""
+    `pool.store_kv`), prefill in chunks then decode: the same tokens with the kernels as without,
+    greedy tokens picked by the Triton argmax once per step that emits tokens."""
     from radixserve import LLM, SamplingParams
 
     sp = SamplingParams(max_tokens=3, ignore_eos=True)
@@ -201,6 +204,7 @@ def test_greedy_tokens_through_kernels_match_torch_path(ckpts, request) -> None:
     calls = request.getfixturevalue("kernels_on")
     assert run() == want
     assert calls["store_kv"] == 0 and calls["qk_norm_rope_"] > 0 and calls["fused_moe"] > 0
+    assert calls["argmax_rows"] >= 3  # the 3 tokens of the longer prompt, at least
 
 
 def test_linear_streams_few_16bit_rows_through_the_skinny_kernel(monkeypatch) -> None:

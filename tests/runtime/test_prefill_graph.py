@@ -91,7 +91,7 @@ def test_off_on_cpu_and_a_negative_bound_is_refused(tiny_ckpts) -> None:
 def test_the_captured_bound_is_the_default_or_the_flag_within_the_prefill_chunk() -> None:
     from radixserve.engine.engine import DEFAULT_PREFILL_GRAPH_TOKENS, prefill_graph_tokens
 
-    assert prefill_graph_tokens(None, 8192) == DEFAULT_PREFILL_GRAPH_TOKENS == 2048
+    assert prefill_graph_tokens(None, 16384) == DEFAULT_PREFILL_GRAPH_TOKENS == 8192
     assert prefill_graph_tokens(None, 512) == 512  # batches never exceed the chunk
     assert prefill_graph_tokens(8192, 16384) == 8192
     assert prefill_graph_tokens(8192, 4096) == 4096

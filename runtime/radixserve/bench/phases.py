@@ -9,8 +9,9 @@ Beside it, the host's own time a step: `Scheduler.step`'s wall time less its wai
 batch's tokens. NOTE: a kernel launch that finds the device's queue full waits inside the launch,
 and that wait counts here: a host figure near the step's time means either that the device waits
 on the host or that the host waits, launching, on a busy device. On the H200 the offline prefill
-batches read so, and replaying them as CUDA graphs (6 ms of launches where eager took 20-40 ms)
-left their time unchanged: the device was the limit (docs/benchmarks.md, eighth session).
+batches read so; a CUPTI trace found the GPU busy 47% of their time, the host the limit, and
+prefill graphs to 8,192 tokens took them from 35-38 to 20-24 ms (docs/benchmarks.md, tenth
+session).
 
 And the KV bytes the decode rows read (every decode row attends over its whole context), with
 the rate they were read at over each decode band's time: decode attention is bound by those

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from radixserve.utils import kernel_path
 from radixserve.utils.tensor import to_device
+from radixserve_kernels import argmax_rows, argmax_rows_ref
 
 if TYPE_CHECKING:
     from radixserve.scheduler.req import Req
@@ -99,7 +101,8 @@ class Sampler:
                for r in reqs):
             # the common case, read as is: widening to float32 is exact, so argmax picks the same
             # token, without writing and re-reading a float32 copy (bs x 152K at Qwen's vocab)
-            return SampleResult(logits.argmax(-1))
+            pick = argmax_rows if kernel_path.use_triton(logits) else argmax_rows_ref
+            return SampleResult(pick(logits))
         logits = logits.float()  # penalties, temperature and logprobs work in float32, as HF's do
         for i, req in enumerate(reqs):
             if req.params.has_penalties:
