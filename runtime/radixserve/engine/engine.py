@@ -10,7 +10,7 @@ import torch
 
 from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
-from radixserve.config import EngineConfig
+from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.batch import Batch
 from radixserve.engine.context import forward_batch
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 # workload's mixed 8k-token steps the GPU sat idle half the time behind a slow host, which graphs
 # to 8,192 took from 35-38 to 20-24 ms a step (tenth session). So the default covers the default
 # prefill chunk; larger batches stay eager unless asked for.
-DEFAULT_PREFILL_GRAPH_TOKENS = 8192
+DEFAULT_PREFILL_GRAPH_TOKENS = SchedulerConfig.max_prefill_length
 
 
 def prefill_graph_tokens(asked: int | None, max_prefill_length: int) -> int:
