@@ -10,10 +10,12 @@ from radixserve_kernels._utils import set_pdl, triton_usable
 from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
 from radixserve_kernels.argmax import argmax_rows, argmax_rows_ref
 from radixserve_kernels.decode_attention import (
+    NewTokenKV,
     decode_attention,
     decode_attention_ref,
     decode_num_splits,
     decode_order,
+    decode_rope_fusable,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
 from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
@@ -42,6 +44,7 @@ from radixserve_kernels.store_kv import store_kv, store_kv_ref
 
 __all__ = [
     "SKINNY_MAX_M",
+    "NewTokenKV",
     "apply_rotary_ref",
     "argmax_rows",
     "argmax_rows_ref",
@@ -50,6 +53,7 @@ __all__ = [
     "decode_attention_ref",
     "decode_num_splits",
     "decode_order",
+    "decode_rope_fusable",
     "dequantize_kv_ref",
     "extend_attention",
     "extend_attention_ref",

@@ -21,17 +21,56 @@ from radixserve_kernels._utils import (
     next_pow2,
     pdl_args,
 )
-from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv, is_fp8
+from radixserve_kernels.kv_quant import FP8_MAX, dequantize_kv_ref, gather_kv, is_fp8
+from radixserve_kernels.rotary import qk_norm_rope_ref
+from radixserve_kernels.store_kv import store_kv_ref
+
+
+class NewTokenKV(NamedTuple):
+    """A decode batch's new token as the qkv projection leaves it, for `decode_attention` to do
+    the rotary kernel's job in its own launch: k and v [B, Hkv, D] (strided views are fine, last
+    dim contiguous), the cache slots they go to [B], and how q and k are normed and rotated (as
+    `qk_norm_rope_`: `cos_sin_cache`, Qwen3's per-head norm weights or None, and their eps). The
+    token sits at position seq_len - 1 of its request."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    out_loc: torch.Tensor
+    cos_sin_cache: torch.Tensor
+    q_weight: torch.Tensor | None = None
+    k_weight: torch.Tensor | None = None
+    eps: float = 0.0
+
+
+def decode_rope_fusable(head_dim: int) -> bool:
+    """Whether `decode_attention` can take a `NewTokenKV`: its kernels cut head_dim into two
+    halves of a power of two each, which must be rotary's halves."""
+    return head_dim >= 32 and head_dim & (head_dim - 1) == 0
+
+
+def rotate_new_token_ref(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
+    new: NewTokenKV, k_scale: float = 1.0, v_scale: float = 1.0,
+) -> torch.Tensor:
+    """What `decode_attention` does first with a `NewTokenKV`: store the new k (normed and
+    rotated) and v in the caches; returns q normed and rotated (a new tensor)."""
+    q, k = qk_norm_rope_ref(q, new.k, seq_lens.long() - 1, new.cos_sin_cache, new.q_weight,
+                            new.k_weight, new.eps)
+    store_kv_ref(k_cache, v_cache, k, new.v, new.out_loc, k_scale, v_scale)
+    return q
 
 
 def decode_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-    k_scale: float = 1.0, v_scale: float = 1.0,
+    k_scale: float = 1.0, v_scale: float = 1.0, new_kv: NewTokenKV | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D]; caches [S, Hkv, D]; page_table [R, L]; req_rows, seq_lens [B] -> [B, Hq, D].
-    `k_scale`/`v_scale`: an FP8 cache's per-tensor scales (`kv_quant`)."""
+    `k_scale`/`v_scale`: an FP8 cache's per-tensor scales (`kv_quant`). `new_kv`: q and the new
+    token's k are rotated, and k/v stored, first (`rotate_new_token_ref`)."""
     out = torch.empty_like(q)
+    if new_kv is not None:
+        q = rotate_new_token_ref(q, k_cache, v_cache, seq_lens, new_kv, k_scale, v_scale)
     for i, (row, n) in enumerate(zip(req_rows.tolist(), seq_lens.tolist())):
         slots = page_table[row, :n].long()
         keys = dequantize_kv_ref(gather_kv(k_cache, slots), k_scale).transpose(0, 1)
@@ -129,14 +168,16 @@ def decode_attention(
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     num_splits: int | None = None, out: torch.Tensor | None = None,
     k_scale: float = 1.0, v_scale: float = 1.0, shape: DecodeShape | None = None,
-    order: torch.Tensor | None = None,
+    order: torch.Tensor | None = None, new_kv: NewTokenKV | None = None,
 ) -> torch.Tensor:
     """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
     graph (device tensors updated in place between replays; the scales are constants).
     seq_lens must be >= 1 for real requests; a 0-length row yields zeros. `shape` overrides
     `decode_block_config` (tests run both kernels at any size). `order`: the requests' launch
     order, a permutation of 0..bs-1 (`decode_order`); each request's result is the same
-    whatever the order, bit for bit, only the time differs."""
+    whatever the order, bit for bit, only the time differs. `new_kv`: q comes unrotated and the
+    kernel rotates it and stores the new k/v itself (`NewTokenKV`; the rotary kernel's launch
+    saved); q is left as it came."""
     from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
     from radixserve_kernels._jit.decode_sliced import decode_sliced_kernel
 
@@ -165,6 +206,7 @@ def decode_attention(
     elif shape.fp8_qk and not (fp8_qk and shape.sliced):
         raise ValueError(f"{shape}: FP8 QK dots need the sliced kernel, a bf16 q, an e4m3 cache "
                          f"and FP8 MMA (sm89+); got q {q.dtype}, cache {k_cache.dtype}")
+    rope_args, rope = _rope_args(new_kv, q, k_cache, seq_lens, k_scale, v_scale)
     kernel = decode_sliced_kernel if shape.sliced else decode_split_kernel
     slices = {"SLICES": shape.warps, "FP8_QK": shape.fp8_qk} if shape.sliced else {}
     pdl = pdl_args(q)  # the split and the merge kernel launch alike
@@ -174,11 +216,11 @@ def decode_attention(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        out.stride(0), out.stride(1), scale * k_scale, v_scale,
+        out.stride(0), out.stride(1), scale * k_scale, v_scale, *rope_args,
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=shape.block_n, PRECISION=dot_precision(q.dtype),
         F16_DOTS=f16_dots(q.dtype, k_cache.dtype), HAS_ORDER=order is not None, num_warps=shape.warps,
-        num_stages=shape.stages, **slices, **pdl,
+        num_stages=shape.stages, **rope, **slices, **pdl,
     )
     if num_splits == 1:
         return out
@@ -190,3 +232,26 @@ def decode_attention(
         num_warps=4, **pdl,
     )
     return out
+
+
+def _rope_args(new_kv: NewTokenKV | None, q: torch.Tensor, k_cache: torch.Tensor,
+               seq_lens: torch.Tensor, k_scale: float, v_scale: float) -> tuple[list, dict]:
+    """The decode kernels' rotary arguments and constexprs; without `new_kv`, placeholders the
+    kernels never read."""
+    if new_kv is None:
+        return [q, q, seq_lens, q, q, q, 0, 0, 0, 0, 0, 0.0, 1.0, 1.0], {
+            "ROPE": False, "HAS_NORM": False, "FP8_STORE": False, "FP8_MAX": FP8_MAX}
+    k, v, loc, cs, qw, kw, eps = new_kv
+    bs, n_kh, d = q.shape[0], k_cache.shape[1], q.shape[-1]
+    if not decode_rope_fusable(d):
+        raise ValueError(f"decode_attention cannot rotate heads of {d} (decode_rope_fusable)")
+    if k.shape != (bs, n_kh, d) or v.shape != k.shape or loc.shape != (bs,):
+        raise ValueError(f"new_kv: k/v must be [{bs}, {n_kh}, {d}] and out_loc [{bs}], got "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}, {tuple(loc.shape)}")
+    if k.stride(-1) != 1 or v.stride(-1) != 1 or cs.shape[-1] != d:
+        raise ValueError("new_kv: k/v need a contiguous last dim and cos_sin_cache [positions, D]")
+    has_norm = qw is not None and kw is not None
+    args = [k, v, loc, cs, qw if has_norm else q, kw if has_norm else q, k.stride(0), k.stride(1),
+            v.stride(0), v.stride(1), cs.stride(0), eps, 1.0 / k_scale, 1.0 / v_scale]
+    return args, {"ROPE": True, "HAS_NORM": has_norm, "FP8_STORE": is_fp8(k_cache.dtype),
+                  "FP8_MAX": FP8_MAX}

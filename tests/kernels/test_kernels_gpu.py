@@ -109,6 +109,20 @@ FP8 = torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_dtype", [None, FP8], ids=["kv-model", "kv-fp8"])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_decode_attention_rotates_and_stores_the_new_token(
+        dtype: torch.dtype, kv_dtype: torch.dtype | None, heads: tuple[int, int], dim: int) -> None:
+    """The decode kernels given the new token raw, at the batch sizes of each launch shape (one
+    request, 16 with splits, 100 and 256), over the model dtype's cache and FP8."""
+    gen = torch.Generator().manual_seed(dim)
+    for n in (1, 16, 100, 256):
+        lens = [1500] if n == 1 else [1] + torch.randint(1, 2048, (n - 1,), generator=gen).tolist()
+        kc.check_decode_rope("cuda", dtype, lens, heads, dim, splits=[None, 16],
+                             kv_dtype=kv_dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_store_kv_fp8(dtype: torch.dtype) -> None:
     kc.check_store_kv_fp8("cuda", dtype, tokens=1000, heads=8, dim=128)
 

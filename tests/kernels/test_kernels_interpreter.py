@@ -12,6 +12,7 @@ from radixserve_kernels.decode_attention import DecodeShape
 pytestmark = kc.interpreter_only
 ELEMENTWISE = [torch.float32, torch.bfloat16]
 MATMUL = [torch.float32, torch.float16]
+FP8 = torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
@@ -68,6 +69,29 @@ def test_decode_attention(dtype: torch.dtype, page: int, dim: int) -> None:
     kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=dim, page=page, splits=[None, 1, 3])
 
 
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("kv_dtype", [None, FP8])
+@pytest.mark.parametrize("shape", [None, DecodeShape(32, 2, 2, True)], ids=["split", "sliced"])
+def test_decode_attention_rotates_and_stores_the_new_token(dtype, kv_dtype, shape) -> None:
+    """One-key requests (the new token alone), keys ending mid-block, and 3 splits, where
+    only the last holds the new token."""
+    kc.check_decode_rope("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=32, splits=[None, 1, 3],
+                         kv_dtype=kv_dtype, shape=shape)
+
+
+def test_decode_attention_refuses_heads_it_cannot_rotate() -> None:
+    from radixserve_kernels import NewTokenKV, decode_attention, decode_rope_fusable
+
+    assert decode_rope_fusable(64) and decode_rope_fusable(128) and not decode_rope_fusable(24)
+    q, kcache = torch.zeros(1, 2, 24), torch.zeros(4, 1, 24)
+    new = NewTokenKV(torch.zeros(1, 1, 24), torch.zeros(1, 1, 24), torch.zeros(1, dtype=torch.long),
+                     torch.zeros(8, 24))
+    with pytest.raises(ValueError, match="cannot rotate heads of 24"):
+        decode_attention(q, kcache, kcache.clone(), torch.zeros(1, 4, dtype=torch.int32),
+                         torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.int32), 1.0,
+                         new_kv=new)
+
+
 @pytest.mark.parametrize("sliced", [False, True])
 def test_decode_programs_follow_the_launch_order(sliced: bool) -> None:
     """The kernels compute request `order[rank]` at each rank: an order naming request 1 alone
@@ -108,7 +132,6 @@ def test_page_indices() -> None:
 
 # ---- the FP8 KV cache: stores exact (the interpreter's e4m3 rounding is replaced by torch's, as
 # `radixserve_kernels.testing` explains), attention within the 16/32-bit tolerances -----------
-FP8 = torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize("dtype", ELEMENTWISE)

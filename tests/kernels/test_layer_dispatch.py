@@ -135,6 +135,55 @@ def test_model_logits_through_kernels_match_torch_path_fp8_kv(ckpts, request) ->
     assert 0 < (got - exact).abs().max() < 0.1 * exact.abs().max()
 
 
+@torch.inference_mode()
+def prefill_then_decode(model, backend_cls, ids: list[int]):
+    """(logits, KV pool) of one decode step after a prefill of `ids[:-1]` (torch backend), the
+    decode step through `backend_cls` on a real pool with shuffled slots."""
+    from tests.models.helpers import one_request_batch
+
+    from radixserve.attention.base import AttnConfig
+    from radixserve.attention.torch_backend import TorchBackend
+    from radixserve.engine.batch import Batch
+    from radixserve.engine.context import forward_batch
+    from radixserve.kvcache.pool import MHAKVPool
+    from radixserve.models import hf_config as hc
+
+    cfg, n = model.hf_config, len(ids) - 1
+    hq, hk, d = cfg.num_attention_heads, hc.num_kv_heads(cfg), hc.head_dim(cfg)
+    pool = MHAKVPool(cfg.num_hidden_layers, n + 4, 1, hk, d, torch.float32, "cpu")
+    table = torch.zeros(1, n + 1, dtype=torch.int32)
+    table[0] = torch.randperm(n + 4, generator=torch.Generator().manual_seed(n))[: n + 1]
+    attn = AttnConfig(hq, hk, d, 1, pool, table, torch.device("cpu"), torch.float32)
+    prefill = dataclasses.replace(one_request_batch(ids[:n]), out_loc=table[0, :n].long())
+    decode = Batch("decode", torch.tensor(ids[n:]), torch.tensor([n]), table[0, n:].long(),
+                   torch.zeros(1, dtype=torch.int64), torch.tensor([n + 1], dtype=torch.int32),
+                   torch.ones(1, dtype=torch.int32), [n + 1], [1])
+    for batch, backend in ((prefill, TorchBackend(attn)), (decode, backend_cls(attn))):
+        backend.prepare(batch)
+        with forward_batch(batch, backend):
+            hidden = model(batch.input_ids, batch.positions)
+    return model.compute_logits(hidden), pool
+
+
+@pytest.mark.parametrize("arch", ["llama3", "qwen3"])
+def test_decode_kernel_rotates_and_stores_the_new_token(tmp_path, arch, request) -> None:
+    """A decode step through the Triton backend: its decode kernel takes q/k as the projection
+    leaves them and norms, rotates and stores the new token itself, so the step launches no
+    rotary kernel, and its logits and KV pool are the torch path's."""
+    from radixserve.attention.torch_backend import TorchBackend
+    from radixserve.attention.triton_backend import TritonBackend
+    from radixserve.models.loader import load_model
+    from radixserve.testing import write_tiny_checkpoint
+
+    model, _ = load_model(write_tiny_checkpoint(arch, tmp_path, head_dim=32), torch.float32, "cpu")
+    want, want_pool = prefill_then_decode(model, TorchBackend, PROMPT)
+    calls = request.getfixturevalue("kernels_on")
+    got, got_pool = prefill_then_decode(model, TritonBackend, PROMPT)
+    assert calls["qk_norm_rope_"] == model.hf_config.num_hidden_layers  # the prefill's only
+    torch.testing.assert_close(got_pool._kv, want_pool._kv, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_rotary_layer_stores_kv_alike_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """`RotaryEmbedding` with a KV destination: the kernel (in place, one launch) and the torch
     path give the same q, k and caches; cache rows outside out_loc stay as they were."""

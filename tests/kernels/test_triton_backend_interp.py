@@ -57,3 +57,23 @@ def test_graph_hooks_reuse_static_buffers_and_follow_the_new_batch() -> None:
     got = backend.forward(q, k, v, 0, dataclasses.replace(batch, attn_metadata=cap_md))
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v, layers=1)[0]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_decode_kernel_rotates_the_new_token_only_in_small_decode_batches() -> None:
+    """Up to `ROPE_IN_DECODE_MAX_BS` decode requests the decode kernel takes q/k unrotated (one
+    launch fewer); larger decode batches (where it measured slower on the H200), prefill and
+    mixed batches, and heads the kernel cannot rotate keep the rotary kernel."""
+    from radixserve.attention.triton_backend import TritonBackend
+
+    most = TritonBackend.ROPE_IN_DECODE_MAX_BS
+    for lens, dim, fused in (([5] * most, 32, True), ([5] * (most + 1), 32, False),
+                             ([5, 9], 24, False)):
+        cfg, batch, *_ = backend_case("cpu", torch.float32, 4, lens, [1] * len(lens), (4, 2), dim)
+        backend = TritonBackend(cfg)
+        backend.prepare(batch)
+        assert backend.fuses_rope(batch, dim) is fused
+    for case in ("prefill", "mixed"):
+        cfg, batch, *_ = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 32)
+        backend = TritonBackend(cfg)
+        backend.prepare(batch)
+        assert not backend.fuses_rope(batch, 32)

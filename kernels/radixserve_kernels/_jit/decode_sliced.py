@@ -4,7 +4,13 @@ import triton
 import triton.language as tl
 
 from radixserve_kernels._jit.attn_block import softmax_step
-from radixserve_kernels._jit.decode import split_start, write_split
+from radixserve_kernels._jit.decode import (
+    fold_new_token,
+    keys_end,
+    new_token_queries,
+    split_start,
+    write_split,
+)
 from radixserve_kernels._jit.pdl import pdl_enter
 
 
@@ -13,10 +19,13 @@ def decode_sliced_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, order_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     scale, v_scale,
+    kn_ptr, vn_ptr, loc_ptr, cs_ptr, qw_ptr, kw_ptr, kn_s0, kn_s1, vn_s0, vn_s1, cs_s0, eps,
+    k_inv, v_inv,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-    F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr, SLICES: tl.constexpr,
-    FP8_QK: tl.constexpr,
+    F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr,
+    ROPE: tl.constexpr, HAS_NORM: tl.constexpr, FP8_STORE: tl.constexpr, FP8_MAX: tl.constexpr,
+    SLICES: tl.constexpr, FP8_QK: tl.constexpr,
 ):
     """`decode_split_kernel`'s job and arguments, with each block of BLOCK_N keys cut into SLICES
     slices (launched with one warp a slice): the dots are batched over the slices, so each warp
@@ -28,13 +37,23 @@ def decode_sliced_kernel(
 
     FP8_QK (with F16_DOTS, a bf16 q over an e4m3 cache): q is split exactly into two e4m3 parts
     (`split_q_e4m3`) and the QK dots take the keys as they are, in FP8: only V is widened, and
-    batch 256 takes 185 -> 169 µs (docs/benchmarks.md)."""
+    batch 256 takes 185 -> 169 µs (docs/benchmarks.md). ROPE: as in the split kernel."""
     pdl_enter(PDL)
     KEYS: tl.constexpr = BLOCK_N // SLICES  # a slice's keys per block
     HALF: tl.constexpr = BLOCK_D // 2
-    b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1 = split_start(
+    b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1, seq_len = split_start(
         q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF,
-        BLOCK_N, F16_DOTS, HAS_ORDER)
+        BLOCK_N, HAS_ORDER)
+    kv_end = keys_end(start, end, seq_len, ROPE)
+    table = table_ptr + row * table_s0
+    keys = tl.arange(0, SLICES)[:, None] * KEYS + tl.arange(0, KEYS)[None, :]  # [slice, key]
+    offs = start + keys
+    next_slots = tl.load(table + offs, mask=offs < kv_end, other=0).to(tl.int64)
+    q0, q1, nk1, nk2, nv1, nv2 = new_token_queries(
+        q0, q1, b, kvh, start, end, seq_len, d, k_ptr, v_ptr, k_s0, k_s1, v_s0, v_s1,
+        kn_ptr, vn_ptr, loc_ptr, cs_ptr, qw_ptr, kw_ptr, kn_s0, kn_s1, vn_s0, vn_s1, cs_s0, eps,
+        k_inv, v_inv, HALF, F16_DOTS, ROPE, HAS_NORM, FP8_STORE, FP8_MAX)
+    qn0, qn1 = q0, q1  # [BLOCK_G, HALF], for the new token's dot
     if FP8_QK:  # (the scores come out scaled by qk_scale: undone with the softmax scale)
         h0, l0, h1, l1, qk_scale = split_q_e4m3(q0, q1, SLICES, BLOCK_G, HALF)
         s_scale = (scale / qk_scale)[None, :, None]
@@ -44,17 +63,14 @@ def decode_sliced_kernel(
     l_i = tl.zeros([SLICES, BLOCK_G], tl.float32)
     acc0 = tl.zeros([SLICES, BLOCK_G, HALF], tl.float32)
     acc1 = tl.zeros([SLICES, BLOCK_G, HALF], tl.float32)
-    table = table_ptr + row * table_s0
-    keys = tl.arange(0, SLICES)[:, None] * KEYS + tl.arange(0, KEYS)[None, :]  # [slice, key]
     dk0 = dm0[None, None, :]
     dk1 = dm1[None, None, :]
-    offs = start + keys
-    next_slots = tl.load(table + offs, mask=offs < end, other=0).to(tl.int64)
-    for n0 in range(start, end, BLOCK_N):
+    for n0 in range(start, kv_end, BLOCK_N):
         offs = n0 + keys
-        nm = offs < end
+        nm = offs < kv_end
         slots = next_slots  # loaded one block ahead, as in the split kernel
-        next_slots = tl.load(table + offs + BLOCK_N, mask=offs + BLOCK_N < end, other=0).to(tl.int64)
+        next_slots = tl.load(table + offs + BLOCK_N, mask=offs + BLOCK_N < kv_end,
+                             other=0).to(tl.int64)
         kp = k_ptr + slots[:, :, None] * k_s0 + kvh * k_s1 + d[None, None, :]
         if FP8_QK:
             k0 = tl.trans(tl.load(kp, mask=nm[:, :, None] & dk0, other=0.0), (0, 2, 1))
@@ -80,6 +96,8 @@ def decode_sliced_kernel(
     l_t = tl.sum(l_i * w, 0)
     o0 = tl.sum(acc0 * w[:, :, None], 0)
     o1 = tl.sum(acc1 * w[:, :, None], 0)
+    m, l_t, o0, o1 = fold_new_token(m, l_t, o0, o1, qn0, qn1, nk1, nk2, nv1, nv2, start, end,
+                                    seq_len, scale, ROPE)
     write_split(o0, o1, m, l_t, v_scale, b, split, heads, gm, d, dm0, dm1, out_ptr, o_s0, o_s1,
                 mid_o_ptr, mo_s0, mo_s1, mo_s2, mid_lse_ptr, ml_s0, ml_s1, NUM_SPLITS, HALF)
 

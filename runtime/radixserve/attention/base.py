@@ -12,6 +12,7 @@ from radixserve.utils.registry import Registry
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
     from radixserve.kvcache.pool import MHAKVPool
+    from radixserve_kernels import NewTokenKV
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,17 @@ class BaseAttnBackend(ABC):
         """Causal attention output [T, Hq, D] of q [T, Hq, D] over each request's whole KV in the
         pool (cached prefix + the new tokens, already stored at `batch.out_loc`); written to
         `out` when given."""
+
+    def fuses_rope(self, batch: Batch, head_dim: int) -> bool:
+        """Whether `attend_new_token` can take this batch's new token as the qkv projection left
+        it and do the rotary kernel's work (norms, rotation, KV store) in its own launch."""
+        return False
+
+    def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+        """`attend` for a batch where `fuses_rope`: q [T, Hq, D] not yet rotated, and the new
+        token's k/v in `new`, stored by the same launch."""
+        raise NotImplementedError(f"{type(self).__name__} does not rotate the new token itself")
 
     @property
     def supports_cuda_graph(self) -> bool:

@@ -11,6 +11,7 @@ from radixserve.attention.mixed import MixedParts, attend_parts, split_decode_ta
 
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
+    from radixserve_kernels import NewTokenKV
 
 
 class HybridBackend(BaseAttnBackend):
@@ -37,6 +38,14 @@ class HybridBackend(BaseAttnBackend):
         if isinstance(batch.attn_metadata, MixedParts):
             return attend_parts(self.prefill, self.decode, q, layer_id, batch.attn_metadata, out)
         return self._pick(batch).attend(q, layer_id, batch, out)
+
+    def fuses_rope(self, batch: Batch, head_dim: int) -> bool:
+        return not isinstance(batch.attn_metadata, MixedParts) and self._pick(batch).fuses_rope(
+            batch, head_dim)
+
+    def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+        return self._pick(batch).attend_new_token(q, new, layer_id, batch, out)
 
     # CUDA graphs only ever capture decode batches
     @property

@@ -50,7 +50,7 @@ def prefill_token_counts(max_tokens: int) -> list[int]:
 
 
 def _rows(a: AttnInputs, t: int) -> AttnInputs:
-    return AttnInputs(a.q[:t], a.k[:t], a.v[:t], a.kv_stored, a.residual[:t])
+    return AttnInputs(a.q[:t], a.k[:t], a.v[:t], a.kv_stored, a.residual[:t], a.rope_in_attention)
 
 
 class PrefillGraphRunner:

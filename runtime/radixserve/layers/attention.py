@@ -15,6 +15,16 @@ if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
 
 
+class DecodeRope(NamedTuple):
+    """How a layer's new q/k are normed and rotated (`RotaryEmbedding.decode_rope`), for a
+    decode kernel that does it in its own launch (`AttentionLayer.fuses_rope`)."""
+
+    cos_sin_cache: torch.Tensor
+    q_weight: torch.Tensor | None
+    k_weight: torch.Tensor | None
+    eps: float
+
+
 class KVDestination(NamedTuple):
     """Where a layer's new k/v go: rows `out_loc` [T] of caches [S, Hkv, D], quantized with the
     layer's scales when the caches are FP8 (1.0 otherwise)."""
@@ -50,18 +60,31 @@ class AttentionLayer(nn.Module):
         return KVDestination(pool.k_cache(i), pool.v_cache(i), batch.out_loc, pool.k_scale(i),
                              pool.v_scale(i))
 
+    def fuses_rope(self) -> bool:
+        """Whether the running batch's backend rotates and stores the new token in its attention
+        launch (decode on the Triton kernels): then `forward(..., rope=...)` gets q/k unrotated."""
+        backend, batch = _running()
+        return backend.fuses_rope(batch, self.head_dim)
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False,
-        out: torch.Tensor | None = None,
+        out: torch.Tensor | None = None, rope: DecodeRope | None = None,
     ) -> torch.Tensor:
         """q [T, Hq*D], k/v [T, Hkv*D] -> [T, Hq*D]. `kv_stored`: k/v are already at
         `kv_destination()`, so the backend only attends. `out`: a contiguous [T, Hq*D] buffer
-        for the result (what a prefill graph's next piece reads)."""
+        for the result (what a prefill graph's next piece reads). `rope` (where `fuses_rope`):
+        q/k come unrotated, and the backend's kernel norms, rotates and stores them."""
         backend, batch = _running()
         t, d = q.shape[0], self.head_dim
-        kv = (None, None) if kv_stored else (
-            k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
-        )
+        q3 = q.view(t, self.num_heads, d)
+        k3, v3 = k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
         heads_out = None if out is None else out.view(t, self.num_heads, d)
-        o = backend.forward(q.view(t, self.num_heads, d), *kv, self.layer_id, batch, heads_out)
+        if rope is not None:
+            from radixserve_kernels import NewTokenKV
+
+            new = NewTokenKV(k3, v3, batch.out_loc, *rope)
+            o = backend.attend_new_token(q3, new, self.layer_id, batch, heads_out)
+        else:
+            kv = (None, None) if kv_stored else (k3, v3)
+            o = backend.forward(q3, *kv, self.layer_id, batch, heads_out)
         return o.reshape(t, self.num_heads * d)

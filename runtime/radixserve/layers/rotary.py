@@ -15,7 +15,7 @@ from radixserve.utils import kernel_path
 from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_, store_kv_ref
 
 if TYPE_CHECKING:
-    from radixserve.layers.attention import KVDestination
+    from radixserve.layers.attention import DecodeRope, KVDestination
 
 # These change frequencies with the running sequence length; a fixed cache cannot express them.
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -81,6 +81,15 @@ class RotaryEmbedding(nn.Module):
         """Fill the cache; the loader calls this after `to_empty`, which leaves buffers garbage."""
         inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim)
         self.cos_sin_cache.copy_(build_cos_sin_cache(inv_freq, self.max_positions, scaling))
+
+    def decode_rope(self, q_norm: RMSNorm | None = None,
+                    k_norm: RMSNorm | None = None) -> DecodeRope:
+        """What `forward` would apply, for a decode kernel that applies it itself."""
+        from radixserve.layers.attention import DecodeRope
+
+        return DecodeRope(self.cos_sin_cache, None if q_norm is None else q_norm.weight,
+                          None if k_norm is None else k_norm.weight,
+                          q_norm.eps if q_norm is not None else 0.0)
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

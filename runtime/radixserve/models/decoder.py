@@ -44,6 +44,7 @@ class AttnInputs(NamedTuple):
     v: torch.Tensor
     kv_stored: bool
     residual: torch.Tensor
+    rope_in_attention: bool = False  # q/k unrotated: the decode kernel rotates and stores them
 
 
 class PieceBuffers(NamedTuple):
@@ -77,13 +78,17 @@ class DecoderAttention(nn.Module):
         """q, k, v of x, normed and rotated (into `qkv_out` when given), with the residual
         stream that passes around this attention."""
         q, k, v = self.qkv_proj.split(self.qkv_proj(x, qkv_out))
+        kernels = kernel_path.use_triton(q)
+        if kernels and self.attn.fuses_rope():  # a decode kernel does it all (one launch fewer)
+            return AttnInputs(q, k, v, False, residual, rope_in_attention=True)
         # on the kernel path the rotary launch also stores k/v in the KV pool (one launch fewer)
-        dest = self.attn.kv_destination() if kernel_path.use_triton(q) else None
+        dest = self.attn.kv_destination() if kernels else None
         q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm, v, dest)
         return AttnInputs(q, k, v, dest is not None, residual)
 
     def attend(self, a: AttnInputs, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.attn(a.q, a.k, a.v, a.kv_stored, out)
+        rope = self.rotary_emb.decode_rope(self.q_norm, self.k_norm) if a.rope_in_attention else None
+        return self.attn(a.q, a.k, a.v, a.kv_stored, out, rope)
 
 
 class DenseMLP(nn.Module):
