@@ -11,6 +11,7 @@ from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
 from radixserve_kernels.argmax import argmax_rows, argmax_rows_ref
 from radixserve_kernels.decode_attention import (
     NewTokenKV,
+    RopeParams,
     decode_attention,
     decode_attention_ref,
     decode_num_splits,
@@ -45,6 +46,7 @@ from radixserve_kernels.store_kv import store_kv, store_kv_ref
 __all__ = [
     "SKINNY_MAX_M",
     "NewTokenKV",
+    "RopeParams",
     "apply_rotary_ref",
     "argmax_rows",
     "argmax_rows_ref",

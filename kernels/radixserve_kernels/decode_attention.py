@@ -26,20 +26,26 @@ from radixserve_kernels.rotary import qk_norm_rope_ref
 from radixserve_kernels.store_kv import store_kv_ref
 
 
+class RopeParams(NamedTuple):
+    """How q and k are normed and rotated, as `qk_norm_rope_` takes it: `cos_sin_cache`,
+    Qwen3's per-head norm weights (or None) and their eps."""
+
+    cos_sin_cache: torch.Tensor
+    q_weight: torch.Tensor | None = None
+    k_weight: torch.Tensor | None = None
+    eps: float = 0.0
+
+
 class NewTokenKV(NamedTuple):
     """A decode batch's new token as the qkv projection leaves it, for `decode_attention` to do
     the rotary kernel's job in its own launch: k and v [B, Hkv, D] (strided views are fine, last
-    dim contiguous), the cache slots they go to [B], and how q and k are normed and rotated (as
-    `qk_norm_rope_`: `cos_sin_cache`, Qwen3's per-head norm weights or None, and their eps). The
+    dim contiguous), the cache slots they go to [B], and how q and k are normed and rotated. The
     token sits at position seq_len - 1 of its request."""
 
     k: torch.Tensor
     v: torch.Tensor
     out_loc: torch.Tensor
-    cos_sin_cache: torch.Tensor
-    q_weight: torch.Tensor | None = None
-    k_weight: torch.Tensor | None = None
-    eps: float = 0.0
+    rope: RopeParams
 
 
 def decode_rope_fusable(head_dim: int) -> bool:
@@ -54,8 +60,7 @@ def rotate_new_token_ref(
 ) -> torch.Tensor:
     """What `decode_attention` does first with a `NewTokenKV`: store the new k (normed and
     rotated) and v in the caches; returns q normed and rotated (a new tensor)."""
-    q, k = qk_norm_rope_ref(q, new.k, seq_lens.long() - 1, new.cos_sin_cache, new.q_weight,
-                            new.k_weight, new.eps)
+    q, k = qk_norm_rope_ref(q, new.k, seq_lens.long() - 1, *new.rope)
     store_kv_ref(k_cache, v_cache, k, new.v, new.out_loc, k_scale, v_scale)
     return q
 
@@ -241,7 +246,7 @@ def _rope_args(new_kv: NewTokenKV | None, q: torch.Tensor, k_cache: torch.Tensor
     if new_kv is None:
         return [q, q, seq_lens, q, q, q, 0, 0, 0, 0, 0, 0.0, 1.0, 1.0], {
             "ROPE": False, "HAS_NORM": False, "FP8_STORE": False, "FP8_MAX": FP8_MAX}
-    k, v, loc, cs, qw, kw, eps = new_kv
+    k, v, loc, (cs, qw, kw, eps) = new_kv
     bs, n_kh, d = q.shape[0], k_cache.shape[1], q.shape[-1]
     if not decode_rope_fusable(d):
         raise ValueError(f"decode_attention cannot rotate heads of {d} (decode_rope_fusable)")

@@ -341,6 +341,7 @@ def check_decode_rope(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: 
     same 16-bit tolerance: the kernel folds the new key in last, not inside its block)."""
     from radixserve_kernels import (
         NewTokenKV,
+        RopeParams,
         build_cos_sin_cache,
         decode_attention,
         decode_attention_ref,
@@ -372,7 +373,7 @@ def check_decode_rope(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: 
         k = qkv[:, hq * dim : (hq + hk) * dim].view(b, hk, dim)
         v = qkv[:, (hq + hk) * dim :].view(b, hk, dim)
         before = qkv.clone()
-        new = NewTokenKV(k, v, loc.to(dev), cache, *weights, 1e-6)
+        new = NewTokenKV(k, v, loc.to(dev), RopeParams(cache, *weights, 1e-6))
         args = [t.to(dev) for t in (table, rows, lens)]
         want_kv = [c.clone().to(dev) for c in (kcache, vcache)]
         want = decode_attention_ref(q, *want_kv, *args, dim**-0.5, new_kv=new, **scales)

@@ -80,12 +80,12 @@ def test_decode_attention_rotates_and_stores_the_new_token(dtype, kv_dtype, shap
 
 
 def test_decode_attention_refuses_heads_it_cannot_rotate() -> None:
-    from radixserve_kernels import NewTokenKV, decode_attention, decode_rope_fusable
+    from radixserve_kernels import NewTokenKV, RopeParams, decode_attention, decode_rope_fusable
 
     assert decode_rope_fusable(64) and decode_rope_fusable(128) and not decode_rope_fusable(24)
     q, kcache = torch.zeros(1, 2, 24), torch.zeros(4, 1, 24)
     new = NewTokenKV(torch.zeros(1, 1, 24), torch.zeros(1, 1, 24), torch.zeros(1, dtype=torch.long),
-                     torch.zeros(8, 24))
+                     RopeParams(torch.zeros(8, 24)))
     with pytest.raises(ValueError, match="cannot rotate heads of 24"):
         decode_attention(q, kcache, kcache.clone(), torch.zeros(1, 4, dtype=torch.int32),
                          torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.int32), 1.0,

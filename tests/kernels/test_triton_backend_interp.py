@@ -71,9 +71,9 @@ def test_decode_kernel_rotates_the_new_token_only_in_small_decode_batches() -> N
         cfg, batch, *_ = backend_case("cpu", torch.float32, 4, lens, [1] * len(lens), (4, 2), dim)
         backend = TritonBackend(cfg)
         backend.prepare(batch)
-        assert backend.fuses_rope(batch, dim) is fused
+        assert backend.fuses_rope(batch) is fused
     for case in ("prefill", "mixed"):
         cfg, batch, *_ = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 32)
         backend = TritonBackend(cfg)
         backend.prepare(batch)
-        assert not backend.fuses_rope(batch, 32)
+        assert not backend.fuses_rope(batch)

@@ -74,7 +74,7 @@ class BaseAttnBackend(ABC):
         pool (cached prefix + the new tokens, already stored at `batch.out_loc`); written to
         `out` when given."""
 
-    def fuses_rope(self, batch: Batch, head_dim: int) -> bool:
+    def fuses_rope(self, batch: Batch) -> bool:
         """Whether `attend_new_token` can take this batch's new token as the qkv projection left
         it and do the rotary kernel's work (norms, rotation, KV store) in its own launch."""
         return False

@@ -39,9 +39,8 @@ class HybridBackend(BaseAttnBackend):
             return attend_parts(self.prefill, self.decode, q, layer_id, batch.attn_metadata, out)
         return self._pick(batch).attend(q, layer_id, batch, out)
 
-    def fuses_rope(self, batch: Batch, head_dim: int) -> bool:
-        return not isinstance(batch.attn_metadata, MixedParts) and self._pick(batch).fuses_rope(
-            batch, head_dim)
+    def fuses_rope(self, batch: Batch) -> bool:
+        return self._pick(batch).fuses_rope(batch)  # a mixed batch's metadata says no
 
     def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
                          out: torch.Tensor | None = None) -> torch.Tensor:

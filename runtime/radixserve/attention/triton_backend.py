@@ -22,10 +22,17 @@ class TritonMetadata(NamedTuple):
     max_extend: int
     num_splits: int  # decode only
     order: torch.Tensor | None = None  # decode only: launch order, longest request first
+    rotates_new_token: bool = False  # decode only: the kernel does the rotary work (`fuses_rope`)
 
 
 @ATTN_BACKENDS.register("triton")
 class TritonBackend(BaseAttnBackend):
+    # Decode batches up to this size rotate and store the new token in the decode kernel, one
+    # launch a layer fewer. On the H200 (Qwen3-0.6B shapes, 800-token contexts, ms a step) it
+    # saves 0.03-0.04 at 1-32 requests, nothing at 64, and costs 0.05-0.08 at 128-256, where
+    # each of the many programs pays for its new-token work (docs/benchmarks.md).
+    ROPE_IN_DECODE_MAX_BS = 32
+
     def __init__(self, cfg: AttnConfig) -> None:
         super().__init__(cfg)
         from radixserve_kernels._utils import device_sms
@@ -41,13 +48,15 @@ class TritonBackend(BaseAttnBackend):
     def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor,
                          order_buf: torch.Tensor | None = None) -> TritonMetadata:
         """With `order_buf` (graphs), the launch order goes into it: the buffer a replay reads."""
-        from radixserve_kernels import decode_num_splits, decode_order
+        from radixserve_kernels import decode_num_splits, decode_order, decode_rope_fusable
 
-        splits = decode_num_splits(req_rows.shape[0], self.cfg.num_kv_heads, self._sms)
+        bs = req_rows.shape[0]
+        splits = decode_num_splits(bs, self.cfg.num_kv_heads, self._sms)
         order = decode_order(seq_lens)  # one sort a step, for all layers
         if order is not None and order_buf is not None:
             order = order_buf[: order.shape[0]].copy_(order)
-        return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order)
+        rotates = bs <= self.ROPE_IN_DECODE_MAX_BS and decode_rope_fusable(self.cfg.head_dim)
+        return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order, rotates)
 
     def prepare(self, batch: Batch) -> None:
         if (parts := split_decode_tail(batch)) is not None:  # a mixed batch: `attention/mixed.py`
@@ -80,23 +89,14 @@ class TritonBackend(BaseAttnBackend):
             k_scale=pool.k_scale(layer_id), v_scale=pool.v_scale(layer_id),
         )
 
-    # Decode batches up to this size rotate and store the new token in the decode kernel, one
-    # launch a layer fewer. On the H200 (Qwen3-0.6B shapes, 800-token contexts, ms a step) it
-    # saves 0.03-0.04 at 1-32 requests, nothing at 64, and costs 0.05-0.08 at 128-256, where
-    # each of the many programs pays for its new-token work (docs/benchmarks.md).
-    ROPE_IN_DECODE_MAX_BS = 32
-
-    def fuses_rope(self, batch: Batch, head_dim: int) -> bool:
-        """Decode batches: the decode kernels rotate and store the new token themselves."""
-        from radixserve_kernels import decode_rope_fusable
-
+    def fuses_rope(self, batch: Batch) -> bool:
+        """Decode batches of up to ROPE_IN_DECODE_MAX_BS requests, decided once in `prepare`."""
         md = batch.attn_metadata
-        return (isinstance(md, TritonMetadata) and md.extend_lens is None
-                and batch.bs <= self.ROPE_IN_DECODE_MAX_BS and decode_rope_fusable(head_dim))
+        return isinstance(md, TritonMetadata) and md.rotates_new_token
 
     def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
                          out: torch.Tensor | None = None) -> torch.Tensor:
-        assert self.fuses_rope(batch, q.shape[-1]), "a decode batch of the Triton backend only"
+        assert self.fuses_rope(batch), "a small decode batch of the Triton backend only"
         return self._decode(q, layer_id, batch.attn_metadata, out, new)  # type: ignore[arg-type]
 
     def _decode(self, q: torch.Tensor, layer_id: int, md: TritonMetadata,

@@ -9,20 +9,11 @@ import torch
 from torch import nn
 
 from radixserve.engine.context import get_context
+from radixserve_kernels import NewTokenKV, RopeParams
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
     from radixserve.engine.batch import Batch
-
-
-class DecodeRope(NamedTuple):
-    """How a layer's new q/k are normed and rotated (`RotaryEmbedding.decode_rope`), for a
-    decode kernel that does it in its own launch (`AttentionLayer.fuses_rope`)."""
-
-    cos_sin_cache: torch.Tensor
-    q_weight: torch.Tensor | None
-    k_weight: torch.Tensor | None
-    eps: float
 
 
 class KVDestination(NamedTuple):
@@ -64,11 +55,11 @@ class AttentionLayer(nn.Module):
         """Whether the running batch's backend rotates and stores the new token in its attention
         launch (decode on the Triton kernels): then `forward(..., rope=...)` gets q/k unrotated."""
         backend, batch = _running()
-        return backend.fuses_rope(batch, self.head_dim)
+        return backend.fuses_rope(batch)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_stored: bool = False,
-        out: torch.Tensor | None = None, rope: DecodeRope | None = None,
+        out: torch.Tensor | None = None, rope: RopeParams | None = None,
     ) -> torch.Tensor:
         """q [T, Hq*D], k/v [T, Hkv*D] -> [T, Hq*D]. `kv_stored`: k/v are already at
         `kv_destination()`, so the backend only attends. `out`: a contiguous [T, Hq*D] buffer
@@ -80,9 +71,7 @@ class AttentionLayer(nn.Module):
         k3, v3 = k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
         heads_out = None if out is None else out.view(t, self.num_heads, d)
         if rope is not None:
-            from radixserve_kernels import NewTokenKV
-
-            new = NewTokenKV(k3, v3, batch.out_loc, *rope)
+            new = NewTokenKV(k3, v3, batch.out_loc, rope)
             o = backend.attend_new_token(q3, new, self.layer_id, batch, heads_out)
         else:
             kv = (None, None) if kv_stored else (k3, v3)

@@ -12,10 +12,16 @@ from torch import nn
 
 from radixserve.layers.norm import RMSNorm
 from radixserve.utils import kernel_path
-from radixserve_kernels import apply_rotary_ref, build_cos_sin_cache, qk_norm_rope_, store_kv_ref
+from radixserve_kernels import (
+    RopeParams,
+    apply_rotary_ref,
+    build_cos_sin_cache,
+    qk_norm_rope_,
+    store_kv_ref,
+)
 
 if TYPE_CHECKING:
-    from radixserve.layers.attention import DecodeRope, KVDestination
+    from radixserve.layers.attention import KVDestination
 
 # These change frequencies with the running sequence length; a fixed cache cannot express them.
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -83,11 +89,9 @@ class RotaryEmbedding(nn.Module):
         self.cos_sin_cache.copy_(build_cos_sin_cache(inv_freq, self.max_positions, scaling))
 
     def decode_rope(self, q_norm: RMSNorm | None = None,
-                    k_norm: RMSNorm | None = None) -> DecodeRope:
+                    k_norm: RMSNorm | None = None) -> RopeParams:
         """What `forward` would apply, for a decode kernel that applies it itself."""
-        from radixserve.layers.attention import DecodeRope
-
-        return DecodeRope(self.cos_sin_cache, None if q_norm is None else q_norm.weight,
+        return RopeParams(self.cos_sin_cache, None if q_norm is None else q_norm.weight,
                           None if k_norm is None else k_norm.weight,
                           q_norm.eps if q_norm is not None else 0.0)
 
