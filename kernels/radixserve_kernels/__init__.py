@@ -16,6 +16,7 @@ from radixserve_kernels.decode_attention import (
     decode_attention_ref,
     decode_num_splits,
     decode_order,
+    decode_order_cpu,
     decode_rope_fusable,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
@@ -55,6 +56,7 @@ __all__ = [
     "decode_attention_ref",
     "decode_num_splits",
     "decode_order",
+    "decode_order_cpu",
     "decode_rope_fusable",
     "dequantize_kv_ref",
     "extend_attention",

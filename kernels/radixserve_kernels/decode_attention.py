@@ -109,6 +109,15 @@ def decode_order(seq_lens: torch.Tensor) -> torch.Tensor | None:
     return torch.argsort(seq_lens, descending=True, stable=True)
 
 
+def decode_order_cpu(seq_lens: list[int]) -> list[int] | None:
+    """`decode_order` from the lengths the host already holds: a runtime sorts there and copies
+    the order in, one copy a step where the device's sort took a radix sort's kernels (18 µs at
+    256 requests on the H200, outside the decode graph: docs/benchmarks.md)."""
+    if len(seq_lens) < ORDER_MIN_BS:
+        return None
+    return sorted(range(len(seq_lens)), key=seq_lens.__getitem__, reverse=True)
+
+
 class DecodeShape(NamedTuple):
     """A decode launch's shape: keys per block, pipeline stages, warps, and whether each warp
     takes its own slice of every block (`decode_sliced_kernel`) or all share it (the split

@@ -49,7 +49,7 @@ def test_graphs_on_and_off_bit_identical_bf16_triton(tiny_ckpts) -> None:
 
 @pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
 def test_longest_first_launch_changes_no_token_bf16(tiny_ckpts, monkeypatch, kv: str) -> None:
-    """From 64 requests Triton decode launches the longest request first (`decode_order`): the
+    """From 64 requests Triton decode launches the longest request first (`decode_order_cpu`): the
     tokens equal those of batch order bit for bit, with graphs and without (one prefill, then
     decode at batch 64 throughout; mixed prompt lengths, so the order is not the batch's)."""
     import radixserve_kernels
@@ -59,7 +59,7 @@ def test_longest_first_launch_changes_no_token_bf16(tiny_ckpts, monkeypatch, kv:
           "max_running_requests": 64, "kv_cache_dtype": kv}
     graphs = generate(tiny_ckpts[MOE], prompts, 16, graphs=True, cuda_graph_max_bs=64, **kw)
     eager = generate(tiny_ckpts[MOE], prompts, 16, graphs=False, cuda_graph_max_bs=0, **kw)
-    monkeypatch.setattr(radixserve_kernels, "decode_order", lambda seq_lens: None)
+    monkeypatch.setattr(radixserve_kernels, "decode_order_cpu", lambda seq_lens: None)
     batch_order = generate(tiny_ckpts[MOE], prompts, 16, graphs=False, cuda_graph_max_bs=0, **kw)
     assert graphs == eager == batch_order
 

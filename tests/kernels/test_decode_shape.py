@@ -73,6 +73,18 @@ def test_decode_order_is_longest_first_from_64_requests() -> None:
     assert ties == sorted(ties)
 
 
+def test_the_host_order_is_the_device_sort() -> None:
+    """The runtime sorts the lengths it holds on the host (`decode_order_cpu`) and copies the
+    order in: the same permutation as the device's stable sort, ties (many here) included."""
+    from radixserve_kernels.decode_attention import ORDER_MIN_BS, decode_order, decode_order_cpu
+
+    gen = torch.Generator().manual_seed(1)
+    for n in (ORDER_MIN_BS, 300):
+        lens = torch.randint(1, 12, (n,), generator=gen)
+        assert decode_order_cpu(lens.tolist()) == decode_order(lens.to(torch.int32)).tolist()
+    assert decode_order_cpu([7, 3] * (ORDER_MIN_BS // 2 - 1)) is None
+
+
 def test_more_requests_than_the_grid_holds_is_a_clear_error() -> None:
     """The requests are the launch grid's third axis (at most 65,535 in CUDA): more is refused
     before any launch, not a CUDA launch failure."""

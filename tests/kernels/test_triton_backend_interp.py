@@ -77,3 +77,32 @@ def test_decode_kernel_rotates_the_new_token_only_in_small_decode_batches() -> N
         backend = TritonBackend(cfg)
         backend.prepare(batch)
         assert not backend.fuses_rope(batch)
+
+
+def test_graph_replay_reads_the_longest_first_order_the_host_copied_in() -> None:
+    """From ORDER_MIN_BS decode requests the host sorts the lengths and copies the launch order
+    into the graph's buffer: a replay reads the new batch's longest-first order (ties in batch
+    order) from the storage it was captured with, and attends as the torch backend does."""
+    from radixserve.attention.torch_backend import TorchBackend
+    from radixserve.attention.triton_backend import TritonBackend
+    from radixserve_kernels.decode_attention import ORDER_MIN_BS
+
+    n = ORDER_MIN_BS
+    cfg, batch, q, k, v = backend_case("cpu", torch.float32, 4, [(7 * i) % 23 for i in range(n)],
+                                       [1] * n, (4, 2), 16)
+    backend = TritonBackend(cfg)
+    backend.init_cuda_graph(n)
+    captured = dataclasses.replace(batch, seq_lens=torch.ones_like(batch.seq_lens),
+                                   seq_lens_cpu=[1] * n)
+    backend.prepare_for_capture(captured)
+    cap_md = captured.attn_metadata
+    replay = dataclasses.replace(batch)
+    backend.prepare_for_replay(replay)
+    order = replay.attn_metadata.order
+    assert order.data_ptr() == cap_md.order.data_ptr()
+    assert sorted(order.tolist()) == list(range(n))
+    ranked = [(-batch.seq_lens_cpu[i], i) for i in order.tolist()]
+    assert ranked == sorted(ranked) and len({r[0] for r in ranked}) < n  # longest first, with ties
+    got = backend.forward(q, k, v, 0, dataclasses.replace(batch, attn_metadata=cap_md))
+    want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v, layers=1)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -3,8 +3,11 @@ from __future__ import annotations
 import torch
 
 
-def to_device(values: list, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    """Host list -> device tensor without a host sync (pinned staging, async copy)."""
-    if device.type != "cuda":
-        return torch.tensor(values, dtype=dtype)
-    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+def to_device(values: list, device: torch.device, dtype: torch.dtype = torch.int64,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Host list -> device tensor without a host sync (pinned staging, async copy); with `out`,
+    into its first len(values) entries (one copy, e.g. into a CUDA graph's static buffer)."""
+    host = torch.tensor(values, dtype=dtype, pin_memory=device.type == "cuda")
+    if out is not None:
+        return out[: len(values)].copy_(host, non_blocking=True)
+    return host if device.type != "cuda" else host.to(device, non_blocking=True)
