@@ -2,7 +2,6 @@
 batches, a paged causal kernel for prefill/extend; decode can be captured in CUDA graphs."""
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -47,14 +46,16 @@ class TritonBackend(BaseAttnBackend):
     def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
         return True  # the kernels widen K/V to q's dtype and apply an FP8 cache's scales
 
-    def _decode_metadata(self, batch: Batch, order_buf: torch.Tensor | None = None) -> TritonMetadata:
+    def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor,
+                         seq_lens_cpu: list[int],
+                         order_buf: torch.Tensor | None = None) -> TritonMetadata:
         """With `order_buf` (graphs), the launch order goes into it: the buffer a replay reads."""
         from radixserve_kernels import decode_num_splits, decode_order_cpu, decode_rope_fusable
 
-        req_rows, seq_lens, bs = batch.req_rows, batch.seq_lens, batch.bs
+        bs = req_rows.shape[0]
         splits = decode_num_splits(bs, self.cfg.num_kv_heads, self._sms)
         # one sort a step for all layers, on the host, which holds the lengths
-        order = decode_order_cpu(batch.seq_lens_cpu)
+        order = decode_order_cpu(seq_lens_cpu)
         if order is not None:
             order = to_device(order, req_rows.device, out=order_buf)
         rotates = bs <= self.ROPE_IN_DECODE_MAX_BS and decode_rope_fusable(self.cfg.head_dim)
@@ -67,7 +68,8 @@ class TritonBackend(BaseAttnBackend):
             batch.attn_metadata = parts
             return
         if batch.is_decode:
-            batch.attn_metadata = self._decode_metadata(batch)
+            batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens,
+                                                        batch.seq_lens_cpu)
             return
         ext = batch.extend_lens
         qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
@@ -124,12 +126,11 @@ class TritonBackend(BaseAttnBackend):
         assert batch.is_decode, "CUDA graphs capture decode batches only"
         assert self._graph_order is not None, "init_cuda_graph first"
         bs = batch.bs
-        static = dataclasses.replace(batch, req_rows=self._graph_rows[:bs],
-                                     seq_lens=self._graph_seq_lens[:bs])
-        for dst, src in ((static.req_rows, batch.req_rows), (static.seq_lens, batch.seq_lens)):
-            if dst.data_ptr() != src.data_ptr():  # the graph runner's batch is these buffers
-                dst.copy_(src, non_blocking=True)
-        batch.attn_metadata = self._decode_metadata(static, self._graph_order)
+        rows, seq_lens = self._graph_rows[:bs], self._graph_seq_lens[:bs]
+        rows.copy_(batch.req_rows, non_blocking=True)
+        seq_lens.copy_(batch.seq_lens, non_blocking=True)
+        batch.attn_metadata = self._decode_metadata(rows, seq_lens, batch.seq_lens_cpu,
+                                                    self._graph_order)
 
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)
