@@ -6,7 +6,7 @@ first launch. `triton_usable(tensor)` says whether the Triton twin can run on a 
 """
 from __future__ import annotations
 
-from radixserve_kernels._utils import set_pdl, triton_usable
+from radixserve_kernels._utils import pdl_enabled, set_pdl, triton_usable
 from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
 from radixserve_kernels.argmax import argmax_rows, argmax_rows_ref
 from radixserve_kernels.decode_attention import (
@@ -68,6 +68,7 @@ __all__ = [
     "moe_align",
     "page_indices",
     "page_indices_ref",
+    "pdl_enabled",
     "qk_norm_rope_",
     "qk_norm_rope_ref",
     "quantize_kv_ref",

@@ -49,6 +49,10 @@ def set_pdl(enabled: bool) -> None:
     _pdl["enabled"] = enabled
 
 
+def pdl_enabled() -> bool:
+    return _pdl["enabled"]
+
+
 @functools.cache
 def _pdl_capable(device_index: int) -> bool:
     return not interpreting() and torch.cuda.get_device_capability(device_index)[0] >= 9

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from radixserve.engine.batch import Batch
+from radixserve.engine.graph_edges import finish_capture, new_graph
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
@@ -105,9 +106,10 @@ class CudaGraphRunner:
             with torch.cuda.stream(stream):  # warm-up: kernel JIT/autotune outside the capture
                 self.forward(batch)
             stream.synchronize()
-            graph = torch.cuda.CUDAGraph()
+            graph = new_graph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
                 out = self.forward(batch)
+            finish_capture(graph)
             pool = graph.pool()
             self.graphs[bs] = (graph, out)
         torch.cuda.current_stream().wait_stream(stream)

@@ -30,6 +30,7 @@ import torch
 
 from radixserve.engine.batch import Batch
 from radixserve.engine.context import forward_batch
+from radixserve.engine.graph_edges import finish_capture, new_graph
 from radixserve.models.decoder import AttnInputs, DecoderModel, PieceBuffers
 
 if TYPE_CHECKING:
@@ -123,9 +124,10 @@ class PrefillGraphRunner:
         torch.cuda.synchronize()
 
     def _capture(self, fn: Callable[[], Any], stream: torch.cuda.Stream) -> Piece:
-        graph = torch.cuda.CUDAGraph()
+        graph = new_graph()
         with torch.cuda.graph(graph, pool=self._pool, stream=stream):
             out = fn()
+        finish_capture(graph)
         self._pool = graph.pool()
         self._graphs.append(graph)
 
