@@ -395,7 +395,13 @@ def check_decode_rope(dev: str, dtype: torch.dtype, seq_lens: list[int], heads: 
             q2, k2 = q.clone(), k.clone()
             qk_norm_rope_(q2, k2, lens.to(dev).long() - 1, cache, *weights, 1e-6, v=v,
                           k_cache=two_kv[0], v_cache=two_kv[1], out_loc=loc.to(dev), **scales)
-            two = decode_attention(q2, *two_kv, *args, dim**-0.5, num_splits=s, shape=shape,
+            for g, t, sc in zip(got_kv, two_kv, (k_scale, v_scale)):
+                torch.testing.assert_close(g[loc].float() * sc, t[loc].float() * sc, rtol=0.125,
+                                           atol=4 * TOL[dtype][1] + 2**-9 * sc)
+            # the plain decode over the fused kernel's own stores: the two norms reduce in
+            # different orders, so an FP8 key may land one e4m3 step apart, which moves a head
+            # whose softmax the new token dominates by more than any 16-bit tolerance (H200)
+            two = decode_attention(q2, *got_kv, *args, dim**-0.5, num_splits=s, shape=shape,
                                    **scales)
             mostly_close(got, two, out_tol, scale=8 * scales.get("v_scale", 1.0))
 
