@@ -1,7 +1,7 @@
 """Which captured graph edges `graph_edges` moves to the launch-order port: only programmatic
 edges out of kernels that were not launched with PDL themselves (cuBLAS's GEMMs, which never
-trigger their dependents). The move itself runs on the GPU tier (tests/gpu/test_graphs_overlap.py
-captures every decode graph through it)."""
+trigger their dependents). The move itself runs on the GPU tier: tests/gpu/test_graph_edges_gpu.py
+checks a moved edge still orders the memory, and every graph test captures through it."""
 from __future__ import annotations
 
 from radixserve.engine.graph_edges import (
