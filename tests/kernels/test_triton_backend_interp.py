@@ -106,3 +106,34 @@ def test_graph_replay_reads_the_longest_first_order_the_host_copied_in() -> None
     got = backend.forward(q, k, v, 0, dataclasses.replace(batch, attn_metadata=cap_md))
     want = run_backend(TorchBackend(cfg), dataclasses.replace(batch), q, k, v, layers=1)[0]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_warm_up_launches_every_unrotated_unordered_decode_kernel_a_mixed_tail_can_take(
+        monkeypatch) -> None:
+    """A mixed batch's decode tail takes the unrotated kernel, without a launch order under
+    ORDER_MIN_BS requests: kinds the graphs' warm-up never launches (they rotate up to
+    ROPE_IN_DECODE_MAX_BS and order from ORDER_MIN_BS). The warm-up launches one batch of every
+    split count a tail of 1 .. ORDER_MIN_BS - 1 requests can take, none rotating or ordered."""
+    import radixserve_kernels
+    from radixserve.attention.triton_backend import TritonBackend
+    from radixserve_kernels import decode_num_splits
+    from radixserve_kernels.decode_attention import ORDER_MIN_BS
+
+    cfg = backend_case("cpu", torch.float32, 4, [3, 5], [1, 1], (4, 2), 16)[0]
+    backend = TritonBackend(cfg)
+    calls = []
+    real = radixserve_kernels.decode_attention
+
+    def spy(q, *args, **kw):
+        calls.append((q.shape[0], kw["num_splits"], kw.get("new_kv"), kw.get("order")))
+        return real(q, *args, **kw)
+
+    monkeypatch.setattr(radixserve_kernels, "decode_attention", spy)
+    backend.warm_up_eager_decode([1, 2, 4, 8, 16, 32, 64, 128])
+    assert all(new is None and order is None for _, _, new, order in calls)
+    assert max(c[0] for c in calls) == ORDER_MIN_BS - 1
+    assert {c[1] for c in calls} == {decode_num_splits(b, 2, backend._sms)
+                                      for b in range(1, ORDER_MIN_BS)}
+    calls.clear()
+    backend.warm_up_eager_decode([1, 2, 4])  # graphs to 4 requests: tails to 4
+    assert [c[0] for c in calls] == [1, 2, 4]

@@ -99,5 +99,9 @@ class BaseAttnBackend(ABC):
     def prepare_for_replay(self, batch: Batch) -> None:
         raise NotImplementedError
 
+    def warm_up_eager_decode(self, batch_sizes: list[int]) -> None:
+        """Compile, with the graphs and before serving, the decode kernels that only eager
+        batches launch (a mixed batch's decode tail); nothing by default."""
+
 
 ATTN_BACKENDS: Registry[type[BaseAttnBackend]] = Registry("attention backend")

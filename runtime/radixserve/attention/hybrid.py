@@ -59,3 +59,6 @@ class HybridBackend(BaseAttnBackend):
 
     def prepare_for_replay(self, batch: Batch) -> None:
         self.decode.prepare_for_replay(batch)
+
+    def warm_up_eager_decode(self, batch_sizes: list[int]) -> None:
+        self.decode.warm_up_eager_decode(batch_sizes)

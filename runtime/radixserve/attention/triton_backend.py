@@ -135,5 +135,23 @@ class TritonBackend(BaseAttnBackend):
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)
 
+    def warm_up_eager_decode(self, batch_sizes: list[int]) -> None:
+        """A mixed batch's decode tail runs eagerly and unrotated (the prefill part's rotary
+        kernel did that work), and without a launch order under ORDER_MIN_BS requests; the
+        graphs capture the rotating kernel up to ROPE_IN_DECODE_MAX_BS requests and the ordered
+        one from ORDER_MIN_BS. Without this, a first tail of another kind compiled (0.7 s on the
+        H200) or loaded its kernel in the middle of serving (docs/benchmarks.md). One size per
+        split count and block shape (both follow the batch's next power of two)."""
+        from radixserve_kernels._utils import next_pow2
+        from radixserve_kernels.decode_attention import ORDER_MIN_BS
+
+        cfg = self.cfg
+        top = min(max(batch_sizes), ORDER_MIN_BS - 1)
+        for bs in sorted({min(next_pow2(b), top) for b in range(1, top + 1)}):
+            rows = torch.zeros(bs, dtype=torch.int64, device=cfg.device)
+            lens = torch.ones(bs, dtype=torch.int32, device=cfg.device)
+            q = torch.zeros(bs, cfg.num_qo_heads, cfg.head_dim, dtype=cfg.dtype, device=cfg.device)
+            self._decode(q, 0, self._decode_metadata(rows, lens, [1] * bs), None)
+
     def prepare_for_replay(self, batch: Batch) -> None:
         self._fill_static(batch)

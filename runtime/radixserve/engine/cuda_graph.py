@@ -113,6 +113,7 @@ class CudaGraphRunner:
             pool = graph.pool()
             self.graphs[bs] = (graph, out)
         torch.cuda.current_stream().wait_stream(stream)
+        self.attn_backend.warm_up_eager_decode(self.sizes)
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
 
