@@ -120,10 +120,11 @@ def test_decode_cuda_graph_replay_matches_eager(spec: str, dtype: torch.dtype, k
     with torch.cuda.graph(graph):
         static_out = backend.forward(sq, sk, sv, 0, static)
 
-    static.out_loc.copy_(batch.out_loc)
+    # a replay refills the captured batch's tensors in place (`CudaGraphRunner`)
+    for name in ("out_loc", "req_rows", "seq_lens"):
+        getattr(static, name).copy_(getattr(batch, name))
     sq.copy_(q), sk.copy_(k), sv.copy_(v)
-    backend.prepare_for_replay(dataclasses.replace(
-        static, req_rows=batch.req_rows, seq_lens=batch.seq_lens, seq_lens_cpu=batch.seq_lens_cpu))
+    backend.prepare_for_replay(dataclasses.replace(static, seq_lens_cpu=batch.seq_lens_cpu))
     graph.replay()
     torch.cuda.synchronize()
     eager = run_backend(create_attn_backend(spec, cfg), dataclasses.replace(batch), q, k, v, 1)[0]

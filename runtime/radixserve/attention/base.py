@@ -97,6 +97,8 @@ class BaseAttnBackend(ABC):
         raise NotImplementedError
 
     def prepare_for_replay(self, batch: Batch) -> None:
+        """`batch` holds the captured batch's device tensors, refilled in place (a backend may
+        keep reading them in the graph), with this step's host-side lists."""
         raise NotImplementedError
 
     def warm_up_eager_decode(self, batch_sizes: list[int]) -> None:

@@ -39,8 +39,6 @@ class TritonBackend(BaseAttnBackend):
         from radixserve_kernels._utils import device_sms
 
         self._sms = device_sms(cfg.page_table)
-        self._graph_rows: torch.Tensor | None = None
-        self._graph_seq_lens: torch.Tensor | None = None
         self._graph_order: torch.Tensor | None = None
 
     def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
@@ -114,23 +112,17 @@ class TritonBackend(BaseAttnBackend):
             k_scale=pool.k_scale(layer_id), v_scale=pool.v_scale(layer_id), new_kv=new,
         )
 
-    # CUDA graphs: the captured kernels read request rows and lengths from static buffers that
-    # every replay refills in place; the batch handed in is already padded to a captured size.
+    # CUDA graphs: the captured kernels read request rows and lengths from the runner's static
+    # buffers, the batch handed in (padded to a captured size), which every replay refills in
+    # place; the launch order has a static buffer here.
     def init_cuda_graph(self, max_bs: int) -> None:
-        dev = self.cfg.device
-        self._graph_rows = torch.zeros(max_bs, dtype=torch.int64, device=dev)
-        self._graph_seq_lens = torch.ones(max_bs, dtype=torch.int32, device=dev)
-        self._graph_order = torch.arange(max_bs, dtype=torch.int64, device=dev)
+        self._graph_order = torch.arange(max_bs, dtype=torch.int64, device=self.cfg.device)
 
     def _fill_static(self, batch: Batch) -> None:
         assert batch.is_decode, "CUDA graphs capture decode batches only"
         assert self._graph_order is not None, "init_cuda_graph first"
-        bs = batch.bs
-        rows, seq_lens = self._graph_rows[:bs], self._graph_seq_lens[:bs]
-        rows.copy_(batch.req_rows, non_blocking=True)
-        seq_lens.copy_(batch.seq_lens, non_blocking=True)
-        batch.attn_metadata = self._decode_metadata(rows, seq_lens, batch.seq_lens_cpu,
-                                                    self._graph_order)
+        batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens,
+                                                    batch.seq_lens_cpu, self._graph_order)
 
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)

@@ -1,6 +1,8 @@
 """Decode under CUDA graphs: one graph per batch size in `graph_batch_sizes(max_bs)`, all sharing
 one memory pool; a batch is padded up to the next captured size with fake requests that read the
-padding row and write the KV pool's scratch slot.
+padding row and write the KV pool's scratch slot. The scheduler stages a decode step's requests
+straight into the graphs' buffers (`CudaGraphRunner.stage`): one host-to-device copy, then the
+replay.
 
 The runner gets what it uses explicitly (the forward function, the attention backend, its
 buffers) and never sees the engine: the engine holds the runner, not the other way round, so
@@ -32,54 +34,86 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
     return sorted(set(sizes + [max_bs]))
 
 
+# bytes a request takes in `GraphCaptureBuffer.meta`: its row and position (int64), its length (int32)
+_META_BYTES = 8 + 8 + 4
+
+
 @dataclass
 class GraphCaptureBuffer:
-    """The static inputs every captured graph reads, sized for the largest batch. Rows past a
-    batch's size are padding requests: the padding row's one token, written to the scratch slot."""
+    """The static inputs every captured graph reads, sized for the largest batch. A batch padded
+    to a captured size P lives in the first 20 * P bytes of `meta`: P page-table rows (int64),
+    P positions (int64), P sequence lengths (int32), so the host stages a step's batch in one
+    copy (`stage`). The graph itself gathers each request's token and KV slot from the token
+    pool and page table (`gather`): the sampled token is already there, on the device. Rows past
+    a batch's size are padding requests: the padding row's first token, written to the scratch
+    slot (that row's page-table entries are all the scratch slot)."""
 
-    input_ids: torch.Tensor  # [max_bs] int64
-    positions: torch.Tensor  # [max_bs] int64
-    out_loc: torch.Tensor  # [max_bs] int64
-    req_rows: torch.Tensor  # [max_bs] int64
-    seq_lens: torch.Tensor  # [max_bs] int32
+    meta: torch.Tensor  # [20 * max_bs] uint8
+    input_ids: torch.Tensor  # [max_bs] int64, gathered in the graph
+    out_loc: torch.Tensor  # [max_bs] int64, gathered in the graph
     extend_lens: torch.Tensor  # [max_bs] int32, all ones (decode)
-    dummy_slot: int  # the KV pool's scratch slot
+    token_pool: torch.Tensor  # [rows, max_seq_len] the table's token ids
+    page_table: torch.Tensor  # [rows, max_seq_len] int32 the table's KV slots
     padding_row: int  # a page-table row no live request holds
 
     @classmethod
-    def create(cls, max_bs: int, device: torch.device, dummy_slot: int,
+    def create(cls, max_bs: int, token_pool: torch.Tensor, page_table: torch.Tensor,
                padding_row: int) -> GraphCaptureBuffer:
-        def full(value: int, dtype: torch.dtype) -> torch.Tensor:
-            return torch.full((max_bs,), value, dtype=dtype, device=device)
-
-        return cls(full(0, torch.int64), full(0, torch.int64), full(dummy_slot, torch.int64),
-                   full(padding_row, torch.int64), full(1, torch.int32), full(1, torch.int32),
-                   dummy_slot, padding_row)
+        dev = page_table.device
+        meta = torch.zeros(_META_BYTES * max_bs, dtype=torch.uint8, device=dev)
+        return cls(meta, torch.zeros(max_bs, dtype=torch.int64, device=dev),
+                   torch.zeros(max_bs, dtype=torch.int64, device=dev),
+                   torch.ones(max_bs, dtype=torch.int32, device=dev), token_pool, page_table,
+                   padding_row)
 
     @property
     def max_bs(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def _views(self, bs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows, positions and lengths of a batch of `bs` (a captured size) in `meta`."""
+        m = self.meta
+        return (m[: 8 * bs].view(torch.int64), m[8 * bs : 16 * bs].view(torch.int64),
+                m[16 * bs : _META_BYTES * bs].view(torch.int32))
+
     def batch(self, bs: int, seq_lens_cpu: list[int]) -> Batch:
-        """The first `bs` rows as a decode batch (views: a graph captured on it reads them)."""
-        return Batch("decode", self.input_ids[:bs], self.positions[:bs], self.out_loc[:bs],
-                     self.req_rows[:bs], self.seq_lens[:bs], self.extend_lens[:bs], seq_lens_cpu,
-                     [1] * bs)
+        """A decode batch of `bs` over the static buffers (views: a graph captured on it reads
+        them)."""
+        rows, positions, seq_lens = self._views(bs)
+        return Batch("decode", self.input_ids[:bs], positions, self.out_loc[:bs], rows, seq_lens,
+                     self.extend_lens[:bs], seq_lens_cpu, [1] * bs)
+
+    def gather(self, batch: Batch) -> None:
+        """Each request's input token and KV slot, from its row at its position (in the graph)."""
+        batch.input_ids.copy_(self.token_pool[batch.req_rows, batch.positions])
+        batch.out_loc.copy_(self.page_table[batch.req_rows, batch.positions])
+
+    def load_lists(self, rows: list[int], starts: list[int], padded_bs: int) -> Batch:
+        """Stage a decode batch (request i: page-table row `rows[i]`, `starts[i]` tokens in its
+        KV), padded up to `padded_bs`, with one host-to-device copy: the batch a graph of that
+        size replays."""
+        pad = padded_bs - len(rows)
+        seq = [s + 1 for s in starts] + [1] * pad
+        host = torch.empty(_META_BYTES * padded_bs, dtype=torch.uint8,
+                           pin_memory=self.meta.device.type == "cuda")
+        host[: 16 * padded_bs].view(torch.int64).copy_(
+            torch.tensor(rows + [self.padding_row] * pad + starts + [0] * pad))
+        host[16 * padded_bs :].view(torch.int32).copy_(torch.tensor(seq, dtype=torch.int32))
+        self.meta[: host.shape[0]].copy_(host, non_blocking=True)
+        return self.batch(padded_bs, seq)
 
     def load(self, batch: Batch, padded_bs: int) -> Batch:
-        """Copy `batch` in and pad it up to `padded_bs`: the batch a graph of that size replays."""
+        """Copy a decode batch built on the device in and pad it up to `padded_bs` (its tokens
+        and KV slots are gathered again in the graph, from its rows and positions)."""
         bs = batch.bs
-        self.input_ids[:bs].copy_(batch.input_ids)
-        self.positions[:bs].copy_(batch.positions)
-        self.out_loc[:bs].copy_(batch.out_loc)
-        self.req_rows[:bs].copy_(batch.req_rows)
-        self.seq_lens[:bs].copy_(batch.seq_lens)
+        rows, positions, seq_lens = self._views(padded_bs)
+        rows[:bs].copy_(batch.req_rows)
+        positions[:bs].copy_(batch.positions)
+        seq_lens[:bs].copy_(batch.seq_lens)
         if padded_bs > bs:
-            self.input_ids[bs:padded_bs].zero_()
-            self.positions[bs:padded_bs].zero_()
-            self.out_loc[bs:padded_bs].fill_(self.dummy_slot)
-            self.req_rows[bs:padded_bs].fill_(self.padding_row)
-            self.seq_lens[bs:padded_bs].fill_(1)
+            rows[bs:].fill_(self.padding_row)
+            positions[bs:].zero_()
+            seq_lens[bs:].fill_(1)
         return self.batch(padded_bs, batch.seq_lens_cpu + [1] * (padded_bs - bs))
 
 
@@ -90,6 +124,7 @@ class CudaGraphRunner:
         self.max_bs = buffer.max_bs
         self.sizes = graph_batch_sizes(self.max_bs)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._staged: tuple[Batch, Batch] | None = None  # (the batch `stage` gave, padded)
         attn_backend.init_cuda_graph(self.max_bs)
         self._capture_all()
 
@@ -98,17 +133,17 @@ class CudaGraphRunner:
         pool = None
         stream = torch.cuda.Stream()
         for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its pool
-            batch = self.buffer.batch(bs, [1] * bs)
+            batch = self.buffer.load_lists([], [], bs)  # all padding requests
             self.attn_backend.prepare_for_capture(batch)
             # NOTE: the buffers were filled on the current stream; without this the warm-up may
             # read recycled memory (seen as an out-of-bounds gather in a second engine)
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: kernel JIT/autotune outside the capture
-                self.forward(batch)
+                self._forward(batch)
             stream.synchronize()
             graph = new_graph()
             with torch.cuda.graph(graph, pool=pool, stream=stream):
-                out = self.forward(batch)
+                out = self._forward(batch)
             finish_capture(graph)
             pool = graph.pool()
             self.graphs[bs] = (graph, out)
@@ -117,12 +152,38 @@ class CudaGraphRunner:
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
 
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        self.buffer.gather(batch)
+        return self.forward(batch)
+
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.bs <= self.max_bs
 
+    def _padded(self, bs: int) -> int:
+        return self.sizes[bisect.bisect_left(self.sizes, bs)]
+
+    def stage(self, rows: list[int], starts: list[int]) -> Batch | None:
+        """A decode batch (request i: page-table row `rows[i]`, `starts[i]` tokens in its KV)
+        written straight into the graphs' buffers, one host-to-device copy, for `run` next; None
+        when no graph is large enough. Its token ids and KV slots are filled by the replay.
+        (Built on the device and copied in, a step took 18 small launches before the replay.)"""
+        bs = len(rows)
+        if bs > self.max_bs:
+            return None
+        static = self.buffer.load_lists(rows, starts, self._padded(bs))
+        batch = Batch("decode", static.input_ids[:bs], static.positions[:bs], static.out_loc[:bs],
+                      static.req_rows[:bs], static.seq_lens[:bs], static.extend_lens[:bs],
+                      static.seq_lens_cpu[:bs], [1] * bs)
+        self._staged = (batch, static)
+        return batch
+
     def run(self, batch: Batch) -> torch.Tensor:
-        padded = self.sizes[bisect.bisect_left(self.sizes, batch.bs)]
-        static = self.buffer.load(batch, padded)
+        staged, self._staged = self._staged, None
+        if staged is not None and staged[0] is batch:
+            static = staged[1]
+        else:  # a batch built on the device
+            static = self.buffer.load(batch, self._padded(batch.bs))
+        padded = static.bs
         self.attn_backend.prepare_for_replay(static)
         graph, out = self.graphs[padded]
         graph.replay()

@@ -159,8 +159,8 @@ class Engine:
                 raise ValueError(f"--cuda-graph-max-bs {max_bs}: attention backend "
                                  f"{type(self.attn_backend).__name__} has no CUDA-graph support")
             return None
-        buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.device,
-                                           self.kv_pool.dummy_slot, self.padding_row)
+        buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.table.token_pool,
+                                           self.table.page_table, self.padding_row)
         forward = functools.partial(decode_logits, self.model, self.attn_backend)
         return CudaGraphRunner(forward, self.attn_backend, buffer)
 
@@ -196,6 +196,11 @@ class Engine:
         hidden = self.forward_hidden(batch)
         last = hidden[torch.cumsum(batch.extend_lens, 0) - 1]
         return self.model.compute_logits(last), hidden[keep]
+
+    def stage_decode(self, rows: list[int], starts: list[int]) -> Batch | None:
+        """A decode batch staged for a CUDA-graph replay (`CudaGraphRunner.stage`), or None where
+        no graph runs it: build it on the device then (`scheduler/batch_builder.py`)."""
+        return self.graph_runner.stage(rows, starts) if self.graph_runner is not None else None
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:

@@ -231,7 +231,10 @@ class Scheduler:
         items = prefill + [(r, 1) for r in decode_rows]
         if not items:
             return None
-        batch = build_batch(items, self.table, self.device, decode)
+        batch = self.engine.stage_decode([r.row for r, _ in items],
+                                         [r.kv_len for r, _ in items]) if decode else None
+        if batch is None:
+            batch = build_batch(items, self.table, self.device, decode)
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:

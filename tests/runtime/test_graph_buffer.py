@@ -1,0 +1,78 @@
+"""The decode graphs' static inputs (`GraphCaptureBuffer`): a step staged from host lists in one
+copy, and a batch built on the device and copied in, both give the graph of the padded size the
+requests' rows, positions and lengths, padding requests after them, and (gathered as the graph
+does) each request's input token and KV slot. The layout depends on the padded size, so sizes are
+staged one after another into the same buffer. Runs on CPU; the replay itself is the GPU tier's
+(tests/gpu/test_graphs_overlap.py)."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from radixserve.engine.cuda_graph import GraphCaptureBuffer
+from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler.batch_builder import build_batch
+from radixserve.scheduler.req import Req
+from radixserve.scheduler.table import TableManager
+
+ROWS, COLS, DUMMY = 10, 64, 9999
+
+
+def _table() -> tuple[TableManager, int]:
+    table = TableManager(ROWS, COLS, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    table.token_pool.copy_(torch.randint(0, 50_000, table.token_pool.shape, generator=gen))
+    table.page_table.copy_(torch.randperm(ROWS * COLS, generator=gen).view(ROWS, COLS).int())
+    padding_row = ROWS - 1
+    table.page_table[padding_row].fill_(DUMMY)  # as the engine does
+    return table, padding_row
+
+
+def _check(batch, table: TableManager, rows: list[int], starts: list[int], padded: int,
+           padding_row: int) -> None:
+    pad = padded - len(rows)
+    want_rows = rows + [padding_row] * pad
+    want_pos = starts + [0] * pad
+    assert batch.bs == padded
+    assert batch.req_rows.tolist() == want_rows
+    assert batch.positions.tolist() == want_pos
+    assert batch.seq_lens.tolist() == batch.seq_lens_cpu == [p + 1 for p in starts] + [1] * pad
+    assert batch.seq_lens.dtype == torch.int32 and batch.req_rows.dtype == torch.int64
+    assert batch.extend_lens.tolist() == batch.extend_lens_cpu == [1] * padded
+    assert batch.input_ids.tolist() == [table.token_pool[r, p].item()
+                                        for r, p in zip(want_rows, want_pos)]
+    assert batch.out_loc.tolist() == [table.page_table[r, p].item() for r, p in zip(rows, starts)] \
+        + [DUMMY] * pad
+
+
+def test_staged_and_copied_batches_give_the_graph_the_same_padded_inputs() -> None:
+    table, padding_row = _table()
+    buf = GraphCaptureBuffer.create(16, table.token_pool, table.page_table, padding_row)
+    rng = random.Random(0)
+    for n, padded in [(5, 8), (16, 16), (1, 1), (3, 4), (9, 16), (2, 8)]:
+        rows = [rng.randrange(ROWS - 1) for _ in range(n)]  # (the buffer allows a row twice)
+        starts = [rng.randint(0, COLS - 2) for _ in rows]
+
+        staged = buf.load_lists(rows, starts, padded)
+        buf.gather(staged)  # what the replay does first
+        _check(staged, table, rows, starts, padded, padding_row)
+
+        buf.load_lists([], [], 16)  # scribble over every layout before the copied batch
+        items = [(Req(i, [1] * (s + 3), SamplingParams(), row=r, kv_len=s), 1)
+                 for i, (r, s) in enumerate(zip(rows, starts))]
+        copied = buf.load(build_batch(items, table, torch.device("cpu"), True), padded)
+        buf.gather(copied)
+        _check(copied, table, rows, starts, padded, padding_row)
+
+
+def test_a_fresh_capture_size_reads_only_padding_requests() -> None:
+    """What each graph is captured on: every request reads the padding row's first token and
+    writes the scratch slot, whatever the buffer held for another size before."""
+    table, padding_row = _table()
+    buf = GraphCaptureBuffer.create(16, table.token_pool, table.page_table, padding_row)
+    buf.load_lists([3, 4, 5], [60, 61, 62], 16)
+    for padded in (16, 8, 4, 2, 1):
+        batch = buf.load_lists([], [], padded)
+        buf.gather(batch)
+        _check(batch, table, [], [], padded, padding_row)
