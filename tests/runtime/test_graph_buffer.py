@@ -2,10 +2,13 @@
 copy, and a batch built on the device and copied in, both give the graph of the padded size the
 requests' rows, positions and lengths, padding requests after them, and (gathered as the graph
 does) each request's input token and KV slot. The layout depends on the padded size, so sizes are
-staged one after another into the same buffer. Runs on CPU; the replay itself is the GPU tier's
+staged one after another into the same buffer. And the runner: a staged step replays the graph
+of its padded size over what it staged, a batch built on the device is copied in instead. Runs on
+CPU, the "graphs" rerunning the captured function; real replays are the GPU tier's
 (tests/gpu/test_graphs_overlap.py)."""
 from __future__ import annotations
 
+import functools
 import random
 
 import torch
@@ -76,3 +79,75 @@ def test_a_fresh_capture_size_reads_only_padding_requests() -> None:
         batch = buf.load_lists([], [], padded)
         buf.gather(batch)
         _check(batch, table, [], [], padded, padding_row)
+
+
+class _Recorder:
+    """An attention backend's graph hooks: records the batch each replay was prepared with."""
+
+    def __init__(self) -> None:
+        self.replays: list = []
+
+    def init_cuda_graph(self, max_bs: int) -> None:
+        pass
+
+    def prepare_for_capture(self, batch) -> None:
+        pass
+
+    def prepare_for_replay(self, batch) -> None:
+        self.replays.append(batch)
+
+    def warm_up_eager_decode(self, sizes: list[int]) -> None:
+        pass
+
+
+def _eager_runner(monkeypatch, table: TableManager, padding_row: int, max_bs: int):
+    """A `CudaGraphRunner` whose "graphs" rerun the captured function eagerly on replay (CPU),
+    writing into the tensor the capture returned, as a replay does."""
+    from radixserve.engine import cuda_graph
+
+    class EagerGraph:
+        def __init__(self, fn, out: torch.Tensor) -> None:
+            self.fn, self.out = fn, out
+
+        def replay(self) -> None:
+            self.out.copy_(self.fn())
+
+    def capture_all(self) -> None:
+        for bs in self.sizes:
+            batch = self.buffer.load_lists([], [], bs)
+            fn = functools.partial(self._forward, batch)
+            out = fn()
+            self.graphs[bs] = (EagerGraph(fn, out), out)
+
+    monkeypatch.setattr(cuda_graph.CudaGraphRunner, "_capture_all", capture_all)
+
+    # the "logits" of each row: its token id, position, KV slot and length, as the graph read them
+    def forward(b):
+        return torch.stack([b.input_ids, b.positions, b.out_loc, b.seq_lens.long()], 1)
+
+    buf = GraphCaptureBuffer.create(max_bs, table.token_pool, table.page_table, padding_row)
+    backend = _Recorder()
+    return cuda_graph.CudaGraphRunner(forward, backend, buf), backend
+
+
+def test_a_staged_step_replays_its_padded_graph_on_the_rows_it_was_staged_with(monkeypatch) -> None:
+    table, padding_row = _table()
+    runner, backend = _eager_runner(monkeypatch, table, padding_row, 16)
+    rows, starts = [4, 1, 7], [10, 0, 33]
+    batch = runner.stage(rows, starts)
+    assert batch.bs == 3 and batch.seq_lens_cpu == [11, 1, 34]
+    out = runner.run(batch)
+    want = [[table.token_pool[r, p].item(), p, table.page_table[r, p].item(), p + 1]
+            for r, p in zip(rows, starts)]
+    assert out.tolist() == want
+    assert backend.replays[-1].bs == 4  # the graph of the next captured size
+    # after the replay the batch the scheduler holds reads the step's own tokens and slots
+    assert batch.input_ids.tolist() == [w[0] for w in want]
+    assert batch.out_loc.tolist() == [w[2] for w in want]
+
+    # a batch built on the device is copied in (not mistaken for the staged one)
+    runner.stage([2], [5])
+    items = [(Req(i, [1] * (s + 3), SamplingParams(), row=r, kv_len=s), 1)
+             for i, (r, s) in enumerate(zip(rows, starts))]
+    assert runner.run(build_batch(items, table, torch.device("cpu"), True)).tolist() == want
+    assert runner.stage(list(range(17)), [0] * 17) is None  # past the largest graph
