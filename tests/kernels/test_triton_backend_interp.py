@@ -35,6 +35,14 @@ def test_triton_backend_matches_torch(case: str, page: int, kv_stored: bool, kv_
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def _refilled(captured, batch):
+    """What `CudaGraphRunner` hands a replay: the captured batch's tensors refilled in place with
+    `batch`'s rows and lengths, and `batch`'s host-side lengths."""
+    captured.req_rows.copy_(batch.req_rows)
+    captured.seq_lens.copy_(batch.seq_lens)
+    return dataclasses.replace(captured, seq_lens_cpu=batch.seq_lens_cpu)
+
+
 def test_graph_hooks_reuse_static_buffers_and_follow_the_new_batch() -> None:
     from radixserve.attention.torch_backend import TorchBackend
     from radixserve.attention.triton_backend import TritonBackend
@@ -42,11 +50,11 @@ def test_graph_hooks_reuse_static_buffers_and_follow_the_new_batch() -> None:
     cfg, batch, q, k, v = backend_case("cpu", torch.float32, 4, [3, 30, 0, 12], [1] * 4, (4, 2), 16)
     backend = TritonBackend(cfg)
     backend.init_cuda_graph(8)
-    captured = dataclasses.replace(batch, seq_lens=torch.ones_like(batch.seq_lens),
-                                   seq_lens_cpu=[1] * 4)
+    captured = dataclasses.replace(batch, req_rows=torch.zeros_like(batch.req_rows),
+                                   seq_lens=torch.ones_like(batch.seq_lens), seq_lens_cpu=[1] * 4)
     backend.prepare_for_capture(captured)
     cap_md = captured.attn_metadata
-    replay = dataclasses.replace(batch)
+    replay = _refilled(captured, batch)
     backend.prepare_for_replay(replay)
     md = replay.attn_metadata
     # a replayed graph reads the buffers it was captured with: same storage, new contents
@@ -92,11 +100,11 @@ def test_graph_replay_reads_the_longest_first_order_the_host_copied_in() -> None
                                        [1] * n, (4, 2), 16)
     backend = TritonBackend(cfg)
     backend.init_cuda_graph(n)
-    captured = dataclasses.replace(batch, seq_lens=torch.ones_like(batch.seq_lens),
-                                   seq_lens_cpu=[1] * n)
+    captured = dataclasses.replace(batch, req_rows=torch.zeros_like(batch.req_rows),
+                                   seq_lens=torch.ones_like(batch.seq_lens), seq_lens_cpu=[1] * n)
     backend.prepare_for_capture(captured)
     cap_md = captured.attn_metadata
-    replay = dataclasses.replace(batch)
+    replay = _refilled(captured, batch)
     backend.prepare_for_replay(replay)
     order = replay.attn_metadata.order
     assert order.data_ptr() == cap_md.order.data_ptr()
