@@ -130,11 +130,10 @@ def test_warm_up_launches_every_unrotated_unordered_decode_kernel_a_mixed_tail_c
     cfg = backend_case("cpu", torch.float32, 4, [3, 5], [1, 1], (4, 2), 16)[0]
     backend = TritonBackend(cfg)
     calls = []
-    real = radixserve_kernels.decode_attention
 
-    def spy(q, *args, **kw):
+    def spy(q, *args, **kw):  # records the launch (the kernel itself: 34 s in the interpreter)
         calls.append((q.shape[0], kw["num_splits"], kw.get("new_kv"), kw.get("order")))
-        return real(q, *args, **kw)
+        return torch.zeros_like(q)
 
     monkeypatch.setattr(radixserve_kernels, "decode_attention", spy)
     backend.warm_up_eager_decode([1, 2, 4, 8, 16, 32, 64, 128])
