@@ -20,6 +20,9 @@ class PageAllocator:
         self.device = torch.device(device)
         self._offsets = torch.arange(page_size, dtype=torch.int64, device=self.device)
         self.reset()
+        # CUDA loads a kernel at its first launch in a process: the division's first launch cost
+        # 15 ms of a prefill step on the H200 (docs/benchmarks.md). Pay it now, not mid-serving.
+        self.slots_to_pages(self.pages_to_slots(self._stack[:1]))
 
     def reset(self) -> None:
         # Descending, so that popping from the top hands out low page ids first.
