@@ -136,6 +136,11 @@ class Engine:
             logger.info("graph capture: prefill CUDA graphs, %d pieces for each of %d token "
                         "counts (%d-%d) in %.1fs", self.model.model.num_pieces, len(sizes),
                         sizes[0], sizes[-1], time.perf_counter() - t3)
+        if self.device.type == "cuda":  # a step's logits have one row per request it carries
+            t4 = time.perf_counter()
+            self.model.warm_up_logits(max_running_requests)
+            logger.info("warm-up: the LM head's GEMM for 1-%d rows in %.1fs", max_running_requests,
+                        time.perf_counter() - t4)
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), KV %d pages x %d tokens, attention %s",
             time.perf_counter() - t0, self.model_path, self.device, self.dtype, self.num_pages,

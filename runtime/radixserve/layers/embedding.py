@@ -59,3 +59,15 @@ class ParallelLMHead(VocabParallelEmbedding):
         if self.tp.size > 1:
             logits = get_comm().all_gather(logits, dim=-1)[..., : self.num_embeddings]
         return logits
+
+    @torch.inference_mode()
+    def warm_up(self, max_rows: int) -> None:
+        """This rank's logits GEMM once for every row count 1..max_rows, results discarded (no
+        communication). Why: cuBLAS chooses a kernel the first time a process multiplies a new
+        shape, 3-4 ms of host time for the LM head on the H200, and a prefill step's logits have
+        one row per request in its batch, a count that changes from step to step: the offline
+        workload's first run paid it on 11 of its 18 prefill steps (docs/benchmarks.md)."""
+        x = torch.zeros(max_rows, self.weight.shape[1], dtype=self.weight.dtype,
+                        device=self.weight.device)
+        for rows in range(1, max_rows + 1):
+            F.linear(x[:rows], self.weight)

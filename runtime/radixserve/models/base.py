@@ -21,6 +21,10 @@ class BaseCausalLM(nn.Module, ABC):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] -> logits [N, vocab] (model dtype) over the full vocabulary on every rank."""
 
+    def warm_up_logits(self, max_rows: int) -> None:
+        """Run `compute_logits`' GEMM once for every row count up to `max_rows` (on CUDA, before
+        serving), so that no step pays cuBLAS's first choice of kernel for its shape."""
+
     @abstractmethod
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Consume (HF name, full tensor) pairs; shard for this rank; raise on missing weights."""

@@ -207,6 +207,9 @@ class DecoderForCausalLM(BaseCausalLM):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
+    def warm_up_logits(self, max_rows: int) -> None:
+        self.lm_head.warm_up(max_rows)
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         # KV-cache scales are read by the engine (`kvcache/kv_scales.py`), not by a layer
         skip = ("rotary_emb.inv_freq", *KV_SCALE_NAMES) + (("lm_head.",) if self.tied else ())
