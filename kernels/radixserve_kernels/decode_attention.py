@@ -138,11 +138,13 @@ def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int,
     and 201 µs), 32 keys on 1 warp at 128 (112 µs) and at 16 (24 µs; 32 requests take 16's shape
     untimed). Where the QK dots may read FP8 (`fp8_qk`, `fp8_qk_dots`), from 128 requests on
     they do (FP8_QK_SHAPES). Fewer requests, and 16-bit caches, keep the split kernel: FP8
-    128-key blocks three deep, 16-bit 128-key two deep at every batch (299 µs at 256, 80 at 64,
-    4.2 at one request). Like the split count it depends only on the batch size's next power of
-    two."""
+    128-key blocks three deep; a 16-bit q over a 16-bit cache takes SHAPES_16BIT; anything else
+    128-key blocks two deep. Like the split count it depends only on the batch size's next power
+    of two."""
     if block_d > 128:
         return DecodeShape(32, 2, 4, False)
+    if kv_bytes == 2 and elem_bytes == 2:
+        return SHAPES_16BIT[min(next_pow2(bs), 256)]
     if kv_bytes == 1 and elem_bytes == 2:
         n = next_pow2(bs)
         if fp8_qk and n >= 128:
@@ -156,6 +158,18 @@ def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int,
         return DecodeShape(128, 3, 4, False)
     return DecodeShape(128, 2, 4, False)
 
+
+# a 16-bit cache's shapes by batch size's next power of two (256 stands for all above), from
+# sweeps of the split kernel on the H200 at the offline workload's lengths, bf16, mean µs over
+# four to six draws of lengths (docs/benchmarks.md, sixteenth session): 160-256 requests 2.3-5.3
+# µs less a layer on 64-key blocks over two warps, 4-8 requests 2-4 less on 32-key blocks over
+# two, 12-32 requests 0.4-2.4 less on 64-key blocks three deep; 64 and 128 requests keep
+# 128-key blocks, as fast as any there
+_KEYS64_DEEP = DecodeShape(64, 3, 4, False)
+_KEYS32 = DecodeShape(32, 3, 2, False)
+_KEYS128 = DecodeShape(128, 2, 4, False)
+SHAPES_16BIT = {1: _KEYS64_DEEP, 2: _KEYS64_DEEP, 4: _KEYS32, 8: _KEYS32, 16: _KEYS64_DEEP,
+                32: _KEYS64_DEEP, 64: _KEYS128, 128: _KEYS128, 256: DecodeShape(64, 2, 2, False)}
 
 # the FP8-key shapes by batch size's next power of two (256 stands for all above), from a
 # sweep on the H200 at 100-2,048 keys (docs/benchmarks.md)

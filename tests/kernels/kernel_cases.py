@@ -19,6 +19,20 @@ interpreter_only = pytest.mark.skipif(
 )
 
 
+def case_id(value: object) -> str:
+    """A short test id for a decode case's parameter: 32x2s for a shape of 32-key blocks over 2
+    warps (s: sliced), 4-2 for 4 query heads over 2, dtypes by name."""
+    from radixserve_kernels.decode_attention import DecodeShape
+
+    if isinstance(value, DecodeShape):
+        return f"{value.block_n}x{value.warps}{'s' if value.sliced else ''}d{value.stages}"
+    if isinstance(value, tuple):
+        return "-".join(map(str, value))
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    return "kv-model" if value is None else str(value)
+
+
 def paged_table(
     seq_lens: list[int], page_size: int, num_pages: int, max_len: int, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:

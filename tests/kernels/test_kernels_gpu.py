@@ -78,8 +78,9 @@ def test_decode_attention(dtype: torch.dtype, page: int, heads: tuple[int, int],
     seq_lens = [1, 2, 2048] + torch.randint(1, 2048, (61,), generator=gen).tolist()
     kc.check_decode("cuda", dtype, seq_lens, heads, dim, page, splits=[None, 1, 16])
     kc.check_decode("cuda", dtype, [1500], heads, dim, page, splits=[None, 1])
-    big = torch.randint(1, 2048, (100,), generator=gen).tolist()  # > 64 requests: 128-key blocks
-    kc.check_decode("cuda", dtype, big, heads, dim, page, splits=[None, 2])
+    for n in (30, 100, 200):  # with 64 and one request above, every batch size's launch shape
+        lens = torch.randint(1, 2048, (n,), generator=gen).tolist()
+        kc.check_decode("cuda", dtype, lens, heads, dim, page, splits=[None, 2])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tests.kernels import kernel_cases as kc
 
-from radixserve_kernels.decode_attention import DecodeShape
+from radixserve_kernels.decode_attention import SHAPES_16BIT, DecodeShape
 
 pytestmark = kc.interpreter_only
 ELEMENTWISE = [torch.float32, torch.bfloat16]
@@ -67,6 +67,14 @@ def test_store_kv(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dim", [16, 24])  # the kernel dots head_dim in halves: 24 fills 1.5
 def test_decode_attention(dtype: torch.dtype, page: int, dim: int) -> None:
     kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=dim, page=page, splits=[None, 1, 3])
+
+
+@pytest.mark.parametrize("shape", sorted(set(SHAPES_16BIT.values())), ids=kc.case_id)
+def test_decode_attention_every_16_bit_shape(shape: DecodeShape) -> None:
+    """Each launch shape the launcher picks for a 16-bit cache at some batch size, with keys
+    ending mid-block and across several blocks."""
+    kc.check_decode("cpu", torch.float16, [1, 37, 130], heads=(4, 2), dim=32, page=4,
+                    splits=[None, 3], shape=shape)
 
 
 @pytest.mark.parametrize("dtype", MATMUL)
