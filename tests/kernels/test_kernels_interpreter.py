@@ -14,6 +14,14 @@ ELEMENTWISE = [torch.float32, torch.bfloat16]
 MATMUL = [torch.float32, torch.float16]
 FP8 = torch.float8_e4m3fn
 
+# The interpreter takes seconds a launch, so the cases below cover every pair of two factors,
+# not their whole product: each shape meets every (q dtype, cache dtype) pair and every head
+# layout (the gpu tier runs the launcher's shapes at every dtype, both caches, two layouts).
+CACHE_PAIRS = [(torch.float32, None), (torch.float16, FP8), (torch.float32, FP8),
+               (torch.float16, None)]
+SLICED = [DecodeShape(32, 2, 2, True), DecodeShape(64, 2, 2, True), DecodeShape(16, 1, 1, True)]
+HEAD_LAYOUTS = [((4, 2), 16), ((4, 2), 24), ((8, 2), 16), ((6, 2), 16)]
+
 
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
 def test_rmsnorm(dtype: torch.dtype) -> None:
@@ -77,9 +85,10 @@ def test_decode_attention_every_16_bit_shape(shape: DecodeShape) -> None:
                     splits=[None, 3], shape=shape)
 
 
-@pytest.mark.parametrize("dtype", MATMUL)
-@pytest.mark.parametrize("kv_dtype", [None, FP8])
-@pytest.mark.parametrize("shape", [None, DecodeShape(32, 2, 2, True)], ids=["split", "sliced"])
+@pytest.mark.parametrize("shape,dtype,kv_dtype", [
+    (shape, *CACHE_PAIRS[i + 2 * j]) for j, shape in enumerate([None, DecodeShape(32, 2, 2, True)])
+    for i in range(2)],
+    ids=["split-f32", "split-f16-fp8", "sliced-f32-fp8", "sliced-f16"])
 def test_decode_attention_rotates_and_stores_the_new_token(dtype, kv_dtype, shape) -> None:
     """One-key requests (the new token alone), keys ending mid-block, and 3 splits, where
     only the last holds the new token."""
@@ -162,11 +171,9 @@ def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, dim: int) -> Non
                     splits=[None, 1, 3], kv_dtype=FP8)
 
 
-@pytest.mark.parametrize("dtype", MATMUL)
-@pytest.mark.parametrize("kv_dtype", [None, FP8])
-@pytest.mark.parametrize("heads,dim", [((4, 2), 16), ((4, 2), 24), ((8, 2), 16), ((6, 2), 16)])
-@pytest.mark.parametrize("shape", [DecodeShape(32, 2, 2, True), DecodeShape(64, 2, 2, True),
-                                   DecodeShape(16, 1, 1, True)], ids=["32x2", "64x2", "16x1"])
+@pytest.mark.parametrize("shape,heads,dim,dtype,kv_dtype", [
+    (shape, *HEAD_LAYOUTS[h], *CACHE_PAIRS[(h + i) % 4])
+    for i, shape in enumerate(SLICED) for h in range(len(HEAD_LAYOUTS))], ids=kc.case_id)
 def test_decode_attention_sliced(dtype: torch.dtype, kv_dtype: torch.dtype | None,
                                  heads: tuple[int, int], dim: int, shape: DecodeShape) -> None:
     """The sliced kernel (each warp its own slice of every key block), which the launcher picks
