@@ -308,7 +308,7 @@ def test_reasoning_block_is_split_from_the_answer(client, model) -> None:
 def test_responses_text_format_follows_the_schema(client, model) -> None:
     """`/v1/responses`' `text.format` is the chat route's `response_format`: every answer valid,
     streamed or not, and echoed back in the response's `text`; a bad schema is a 400 naming it."""
-    for name in ("person", "integer array", "$defs and $ref"):
+    def answers(name: str):
         schema = SCHEMAS[name]
         fmt = {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}
         kw = {"model": model, "instructions": SYSTEM["content"], "input": f"Give me a {name}.",
@@ -319,6 +319,8 @@ def test_responses_text_format_follows_the_schema(client, model) -> None:
         with client.responses.stream(**kw) as s:
             final = s.get_final_response()
         jsonschema.validate(json.loads(final.output_text), schema)
+
+    _concurrently([lambda n=name: answers(n) for name in ("person", "integer array", "$defs and $ref")])
     # json_object bounds nothing, so the object may run past the limit: a prefix of one then
     r = client.responses.create(model=model, input="Any JSON object.", max_output_tokens=MAX_TOKENS,
                                 text={"format": {"type": "json_object"}}, extra_body={"top_k": 1})
