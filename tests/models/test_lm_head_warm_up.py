@@ -29,4 +29,3 @@ def test_warm_up_multiplies_every_row_count_by_the_heads_own_weight(
     head.warm_up(max_rows=12)
     assert seen == [(rows, 8) for rows in range(1, 13)]
     assert torch.equal(head.weight, before)
-

@@ -308,7 +308,7 @@ def test_reasoning_block_is_split_from_the_answer(client, model) -> None:
 def test_responses_text_format_follows_the_schema(client, model) -> None:
     """`/v1/responses`' `text.format` is the chat route's `response_format`: every answer valid,
     streamed or not, and echoed back in the response's `text`; a bad schema is a 400 naming it."""
-    def answers(name: str):
+    def answers(name: str) -> None:
         schema = SCHEMAS[name]
         fmt = {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}
         kw = {"model": model, "instructions": SYSTEM["content"], "input": f"Give me a {name}.",
