@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from radixserve_kernels._utils import pdl_enabled, set_pdl, triton_usable
 from radixserve_kernels.activation import silu_and_mul, silu_and_mul_ref
-from radixserve_kernels.argmax import argmax_rows, argmax_rows_ref
+from radixserve_kernels.argmax import TokenStore, argmax_rows, argmax_rows_ref, store_tokens_ref
 from radixserve_kernels.decode_attention import (
     NewTokenKV,
     RopeParams,
@@ -48,6 +48,7 @@ __all__ = [
     "SKINNY_MAX_M",
     "NewTokenKV",
     "RopeParams",
+    "TokenStore",
     "apply_rotary_ref",
     "argmax_rows",
     "argmax_rows_ref",
@@ -81,6 +82,7 @@ __all__ = [
     "skinny_gemm_ref",
     "store_kv",
     "store_kv_ref",
+    "store_tokens_ref",
     "topk_softmax",
     "topk_softmax_ref",
     "triton_usable",

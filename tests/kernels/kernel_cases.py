@@ -134,6 +134,32 @@ def check_argmax_rows(dev: str, dtype: torch.dtype, rows: int, cols: int, chunk:
     assert torch.equal(argmax_rows(wide, chunk=chunk), argmax_rows_ref(wide))
     with pytest.raises(ValueError, match="rows, cols"):
         argmax_rows(x[0], chunk=chunk)
+    check_argmax_token_store(x, chunk)
+
+
+def check_argmax_token_store(x: torch.Tensor, chunk: int) -> None:
+    """With a TokenStore each pick also lands at pool[rows[i], min(cols[i], cap)], rows in any
+    order, int32 or int64 columns, one column past the cap; every other cell keeps its value."""
+    from radixserve_kernels import TokenStore, argmax_rows
+
+    rows, dev = x.shape[0], x.device
+    gen = torch.Generator().manual_seed(rows)
+    pool = torch.randint(0, 1 << 40, (rows + 3, 9), generator=gen)
+    table_rows = torch.randperm(rows + 3, generator=gen)[:rows]
+    cols = torch.randint(0, 9, (rows,), generator=gen)
+    cols[0] = 12  # past the cap (8): its token goes to column 8
+    want_tokens = x.float().cpu().nan_to_num(nan=float("inf")).argmax(-1)
+    want = pool.clone()
+    for i in range(rows):
+        want[table_rows[i], min(int(cols[i]), 8)] = want_tokens[i]
+    for col_dtype in (torch.int32, torch.int64):
+        got_pool = pool.to(dev)
+        store = TokenStore(got_pool, table_rows.to(dev), cols.to(col_dtype).to(dev), 8)
+        assert torch.equal(argmax_rows(x, store, chunk=chunk).cpu(), want_tokens)
+        assert torch.equal(got_pool.cpu(), want)
+    short = TokenStore(pool.to(dev), table_rows[:-1].to(dev), cols[:-1].to(dev), 8)
+    with pytest.raises(ValueError, match="TokenStore"):
+        argmax_rows(x, short, chunk=chunk)
 
 
 def check_rotary(dev: str, dtype: torch.dtype, tokens: int, heads: tuple[int, int], dim: int,

@@ -98,3 +98,23 @@ def test_model_dtype_logits_are_sampled_in_float32() -> None:
     assert res.chosen_logprob.dtype == torch.float32
     torch.testing.assert_close(res.chosen_logprob, want_lp.gather(1, want_tokens[:, None])[:, 0])
     torch.testing.assert_close(res.top_logprobs, want_lp.topk(3, -1).values)
+
+
+def test_sampled_tokens_reach_the_token_store() -> None:
+    """Both the greedy fast path and the float32 path (a sampled request beside a greedy one)
+    write each request's token where the next step reads it, and nothing else."""
+    from radixserve.engine.sampler import Sampler
+    from radixserve.scheduler.req import Req
+    from radixserve_kernels import TokenStore
+
+    logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))
+    logits[1, 7] = 1e4  # the sampled request's only likely token
+    for params in (SamplingParams(), SamplingParams(temperature=1.0, seed=3)):
+        reqs = [Req(0, [1], SamplingParams()), Req(1, [1], params)]
+        pool = torch.full((4, 6), -1, dtype=torch.int64)
+        store = TokenStore(pool, torch.tensor([3, 1]), torch.tensor([2, 9], dtype=torch.int32), 5)
+        res = Sampler(torch.device("cpu")).sample(logits.clone(), reqs, store)
+        assert res.tokens.tolist() == [int(logits[0].argmax()), 7]
+        want = torch.full((4, 6), -1, dtype=torch.int64)
+        want[3, 2], want[1, 5] = res.tokens[0], 7  # the second past the cap: its last column
+        assert torch.equal(pool, want)

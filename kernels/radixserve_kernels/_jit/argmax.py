@@ -21,10 +21,16 @@ def argmax_chunk_kernel(x_ptr, val_ptr, idx_ptr, n_cols, s_row, n_chunks,
 
 
 @triton.jit
-def argmax_merge_kernel(val_ptr, idx_ptr, out_ptr, n_chunks, BLOCK: tl.constexpr):
-    # the row's chunks in order: the first chunk holding the largest value has its first column
+def argmax_merge_kernel(val_ptr, idx_ptr, out_ptr, n_chunks, pool_ptr, rows_ptr, cols_ptr, s_pool,
+                        cap, BLOCK: tl.constexpr, STORE: tl.constexpr):
+    # the row's chunks in order: the first chunk holding the largest value has its first column;
+    # STORE: the pick is also the next step's input token, at pool[rows[row], min(cols[row], cap)]
     row = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK)
     vals = tl.load(val_ptr + row * n_chunks + c, mask=c < n_chunks, other=float("-inf"))
     _, at = tl.max(vals, axis=0, return_indices=True, return_indices_tie_break_left=True)
-    tl.store(out_ptr + row, tl.load(idx_ptr + row * n_chunks + at).to(tl.int64))
+    tok = tl.load(idx_ptr + row * n_chunks + at).to(tl.int64)
+    tl.store(out_ptr + row, tok)
+    if STORE:
+        col = tl.minimum(tl.load(cols_ptr + row).to(tl.int64), cap)
+        tl.store(pool_ptr + tl.load(rows_ptr + row).to(tl.int64) * s_pool + col, tok)

@@ -8,7 +8,7 @@ import torch
 
 from radixserve.utils import kernel_path
 from radixserve.utils.tensor import to_device
-from radixserve_kernels import argmax_rows, argmax_rows_ref
+from radixserve_kernels import TokenStore, argmax_rows, argmax_rows_ref, store_tokens_ref
 
 if TYPE_CHECKING:
     from radixserve.scheduler.req import Req
@@ -94,15 +94,17 @@ class Sampler:
         g.manual_seed(seed)
         return g
 
-    def sample(self, logits: torch.Tensor, reqs: list[Req]) -> SampleResult:
+    def sample(self, logits: torch.Tensor, reqs: list[Req],
+               store: TokenStore | None = None) -> SampleResult:
         """logits [bs, V] in the model's dtype, one row per request (float32 rows may be modified
-        in place). Stays on the device: nothing here waits for the GPU."""
+        in place). `store`: where the tokens also go (the next step's inputs). Stays on the
+        device: nothing here waits for the GPU."""
         if all(r.params.is_greedy and not r.params.adjusts_logits and r.params.logprobs is None
                for r in reqs):
             # the common case, read as is: widening to float32 is exact, so argmax picks the same
             # token, without writing and re-reading a float32 copy (bs x 152K at Qwen's vocab)
             pick = argmax_rows if kernel_path.use_triton(logits) else argmax_rows_ref
-            return SampleResult(pick(logits))
+            return SampleResult(pick(logits, store))
         logits = logits.float()  # penalties, temperature and logprobs work in float32, as HF's do
         for i, req in enumerate(reqs):
             if req.params.has_penalties:
@@ -119,6 +121,8 @@ class Sampler:
             row = filter_logits(scale(logits[i], p.temperature), p.top_k, p.top_p, p.min_p)
             gen = req.generator or self.generator
             tokens[i] = torch.multinomial(torch.softmax(row, -1), 1, generator=gen)[0]
+        if store is not None:
+            store_tokens_ref(tokens, store)
         if logp is None:
             return SampleResult(tokens)
         top = torch.topk(logp, max(want_lp), dim=-1)

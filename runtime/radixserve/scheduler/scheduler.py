@@ -52,6 +52,7 @@ from radixserve.scheduler.output import RequestFailure, TokenOutput
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.req import Req
 from radixserve.utils.tensor import to_device
+from radixserve_kernels import TokenStore
 
 logger = logging.getLogger(__name__)
 _IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long for one per step
@@ -271,16 +272,15 @@ class Scheduler:
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
             self.grammars.mask(logits, masked)
-        res = self.sampler.sample(logits, [r for r, _ in items])
-        if emits:  # the sampled token is the next step's input: it stays on the device
-            cap = self.table.max_seq_len - 1  # a request that rides along past its end (overlap)
-            if len(emits) == len(items):
-                rows, cols, toks = batch.req_rows, batch.seq_lens.long().clamp(max=cap), res.tokens
-            else:
-                rows = to_device([items[i][0].row for i in emits], self.device)
-                cols = to_device([min(items[i][0].kv_len, cap) for i in emits], self.device)
-                toks = res.tokens[to_device(emits, self.device)]
-            self.table.token_pool[rows, cols] = toks
+        # the sampled token is the next step's input: it stays on the device
+        cap = self.table.max_seq_len - 1  # a request that rides along past its end (overlap)
+        store = (TokenStore(self.table.token_pool, batch.req_rows, batch.seq_lens, cap)
+                 if emits and len(emits) == len(items) else None)  # (written by the sampling)
+        res = self.sampler.sample(logits, [r for r, _ in items], store)
+        if emits and store is None:
+            rows = to_device([items[i][0].row for i in emits], self.device)
+            cols = to_device([min(items[i][0].kv_len, cap) for i in emits], self.device)
+            self.table.token_pool[rows, cols] = res.tokens[to_device(emits, self.device)]
         prompt_lp = prompt_logprobs.to_host(prompt_lp) if prompt_lp is not None else None
         embeds = embed.to_host(embeds) if embeds is not None else None
         host, event = copy_to_host(res)  # (its event also completes the copies above)
