@@ -53,16 +53,27 @@ def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
     return out
 
 
-def assert_greedy_mostly_equal(path: Path, prompts: list[list[int]], got: list[list[int]],
+def assert_greedy_parts_only_at_ties(path: Path, prompts: list[list[int]], got: list[list[int]],
                                want: list[list[int]], rel_tol: float = 2e-2) -> None:
-    """bf16 greedy tokens against transformers': identical for at least 90% of prompts, and wherever
-    they part, transformers' own logits show a near-tie there (the two picks within `rel_tol`)."""
-    parted = [(p, g, w, next(i for i, (a, b) in enumerate(zip(g, w)) if a != b))
-              for p, g, w in zip(prompts, got, want) if g != w]
-    ref = hf_logits(path, [p + w[:i] for p, _, w, i in parted], torch.bfloat16, "cuda")
-    for (_, g, w, i), logits in zip(parted, ref):
-        last = logits[-1]
-        gap = ((last[w[i]] - last[g[i]]) / last.abs().max()).item()
-        assert gap <= rel_tol, f"token {i}: ours {g[i]} trails transformers' {w[i]} by {gap:.4f}"
-    same = len(prompts) - len(parted)
-    assert same >= 0.9 * len(prompts), f"only {same}/{len(prompts)} prompts match transformers"
+    """bf16 greedy tokens against transformers' (`want`): wherever they part, transformers' own
+    logits show a near-tie there (our pick within `rel_tol` of its best, relative to the row's
+    largest logit), so every prompt whose reference path has no near-tie matches token for token;
+    at least a quarter of the prompts must be such decisive ones, or the check says little.
+
+    NOTE: no share of identical prompts is asked for: it counts the reference's ties, not our
+    errors. On the H200, 24 of test_bf16's 40 paths hold a near-tie (three exact bf16 ties), and
+    transformers' own float32 run matches its bf16 one on 30 (docs/benchmarks.md)."""
+    ref = hf_logits(path, [p + w[:-1] for p, w in zip(prompts, want)], torch.bfloat16, "cuda")
+    decisive = 0
+    for k, (p, g, w, logits) in enumerate(zip(prompts, got, want, ref)):
+        steps = logits[len(p) - 1:]  # row i: the logits that chose w[i]
+        top2 = steps.topk(2, -1).values
+        decisive += bool(((top2[:, 0] - top2[:, 1]) / steps.abs().amax(-1) > rel_tol).all())
+        if g == w:
+            continue
+        i = next(j for j, (a, b) in enumerate(zip(g, w)) if a != b)
+        row = steps[i]
+        gap = ((row[w[i]] - row[g[i]]) / row.abs().max()).item()
+        assert gap <= rel_tol, (f"prompt {k}, token {i}: ours {g[i]} trails transformers' {w[i]} "
+                                f"by {gap:.4f}")
+    assert decisive >= len(prompts) / 4, f"only {decisive}/{len(prompts)} reference paths are decisive"
