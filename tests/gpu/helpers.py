@@ -53,8 +53,9 @@ def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
     return out
 
 
-def assert_greedy_parts_only_at_ties(path: Path, prompts: list[list[int]], got: list[list[int]],
-                               want: list[list[int]], rel_tol: float = 2e-2) -> None:
+def assert_greedy_parts_only_at_ties(path: Path, prompts: list[list[int]],
+                                     got: list[list[int]], want: list[list[int]],
+                                     rel_tol: float = 2e-2) -> None:
     """bf16 greedy tokens against transformers' (`want`): wherever they part, transformers' own
     logits show a near-tie there (our pick within `rel_tol` of its best, relative to the row's
     largest logit), so every prompt whose reference path has no near-tie matches token for token;

@@ -85,8 +85,8 @@ def test_bf16_prefill_logits_close_to_transformers(
 
 @pytest.mark.parametrize("attn", BACKENDS)
 @pytest.mark.parametrize("mixed", [False, True], ids=["plain", "mixed"])
-def test_bf16_greedy_parts_from_transformers_only_at_ties(realistic_qwen3, greedy_reference, attn, mixed,
-                                                 monkeypatch) -> None:
+def test_bf16_greedy_parts_from_transformers_only_at_ties(realistic_qwen3, greedy_reference,
+                                                          attn, mixed, monkeypatch) -> None:
     """Mixed: prefill in chunks of 256 tokens, so requests decode inside the later chunks'
     batches (each backend's extend path with rows of length 1)."""
     prompts, want = greedy_reference
