@@ -161,7 +161,7 @@ def decode_block_config(bs: int, block_d: int, elem_bytes: int, kv_bytes: int,
 
 # a 16-bit cache's shapes by batch size's next power of two (256 stands for all above), from
 # sweeps of the split kernel on the H200 at the offline workload's lengths, bf16, mean µs over
-# four to six draws of lengths (docs/benchmarks.md, sixteenth session): 160-256 requests 2.3-5.3
+# four to six draws of lengths (docs/benchmarks.md): 160-256 requests 2.3-5.3
 # µs less a layer on 64-key blocks over two warps, 4-8 requests 2-4 less on 32-key blocks over
 # two, 12-32 requests 0.4-2.4 less on 64-key blocks three deep; 64 and 128 requests keep
 # 128-key blocks, as fast as any there

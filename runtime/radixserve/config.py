@@ -145,7 +145,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "carries one decode token of every running request, so they keep "
                         "emitting while a long prompt is prefilled)")
     p.add_argument("--enable-mixed-chunk", dest="mixed_chunk", action="store_true",
-                   help=argparse.SUPPRESS)  # the default since 2026-12-01; kept for old commands
+                   help=argparse.SUPPRESS)  # the default; accepted so that commands that spell it out still run
 
 
 def _pick(cls: type, args: argparse.Namespace) -> dict:

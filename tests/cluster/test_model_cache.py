@@ -1,4 +1,4 @@
-"""The model cache on a real control plane (issue 14, item 3): a hub model's pods get the download
+"""The model cache on a real control plane: a hub model's pods get the download
 init container, HF_HUB_OFFLINE and the HF token's secretKeyRef; a shared ReadWriteOnce claim under
 two replicas is flagged in the status and by an event; a PVC per replica is a StatefulSet whose
 claims the StatefulSet controller creates, the PV controller binds and the scheduler honours, with

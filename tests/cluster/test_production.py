@@ -1,4 +1,4 @@
-"""Production features on a real control plane (issue 14): the partial pod template merged into
+"""Production features on a real control plane: the partial pod template merged into
 the Deployment, the disruption budget, preStop and spread, the HPA on the InferenceService's scale
 subresource, the KEDA path without KEDA installed, and the new CEL rules judged by the API server."""
 

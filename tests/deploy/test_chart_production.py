@@ -1,4 +1,4 @@
-"""Chart parts of issue 14: the operator's default runtime image from values, the Prometheus
+"""The chart's production parts: the operator's default runtime image from values, the Prometheus
 Adapter rules, the `helm test` Pod and NOTES.txt's next commands. Every object is also linted and
 schema-validated with the other value sets (test_chart_render.py: value set "production")."""
 

@@ -1,4 +1,4 @@
-"""Liveness and admission on CPU (issue 19): a long prefill keeps `/health` 200; clients that leave
+"""Liveness and admission on CPU: a long prefill keeps `/health` 200; clients that leave
 while queued are aborted before any prefill; a small request is not starved behind huge ones;
 a chat request without `max_tokens` gets the server's default, not the whole context.
 

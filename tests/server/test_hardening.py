@@ -1,5 +1,5 @@
-"""Replays of the load-and-fuzz run (issue 19): every request that once crashed the scheduler, leaked
-a 500 or outlived its client now gets a 4xx (or a correct 200) and the server keeps serving."""
+"""Replays of a load-and-fuzz run: every request of a kind that can crash a scheduler, leak a 500
+or outlive its client gets a 4xx (or a correct 200) and the server keeps serving."""
 from __future__ import annotations
 
 import http.client

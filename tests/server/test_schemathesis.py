@@ -1,4 +1,4 @@
-"""Schemathesis against the server's own OpenAPI document (issue 19): a bounded, deterministic run
+"""Schemathesis against the server's own OpenAPI document: a bounded, deterministic run
 of every check but one must find nothing: no 5xx, no status code, content type or body the spec
 does not document, no invalid request accepted, auth enforced, 405s with `Allow`.
 

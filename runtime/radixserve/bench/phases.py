@@ -2,16 +2,14 @@
 (with the decode rows that ride in them) and the decode steps by batch size. A step's time runs
 from its launch mark to the next step's (CUDA events on the stream, the wall clock on CPU), so the
 step kinds add up to the run, the device's waits for the host included. On the H200 this showed
-an FP8 run's decode steps of 193-256 requests at 36% of it and its 18 prefill batches at 12%
-(docs/benchmarks.md).
+an FP8 run's decode steps of 193-256 requests at 36% of it and its 18 prefill batches at 12%.
 
 Beside it, the host's own time a step: `Scheduler.step`'s wall time less its wait for the last
 batch's tokens. NOTE: a kernel launch that finds the device's queue full waits inside the launch,
 and that wait counts here: a host figure near the step's time means either that the device waits
 on the host or that the host waits, launching, on a busy device. On the H200 the offline prefill
 batches read so; a CUPTI trace found the GPU busy 47% of their time, the host the limit, and
-prefill graphs to 8,192 tokens took them from 35-38 to 20-24 ms (docs/benchmarks.md, tenth
-session).
+prefill graphs to 8,192 tokens took them from 35-38 to 20-24 ms (docs/benchmarks.md).
 
 And the KV bytes the decode rows read (every decode row attends over its whole context), with
 the rate they were read at over each decode band's time: decode attention is bound by those

@@ -6,7 +6,7 @@ of a small-batch decode step at TP=2. The one-shot kernel has every rank read ev
 and sum (one barrier-bounded pass: cheapest for small messages); the two-shot kernel
 reduce-scatters then all-gathers (less traffic per rank: better for mid sizes); NCCL wins for large
 messages (prefill) and is the only choice on CPU (gloo). The byte limits are from
-`radixserve bench allreduce` on two H200s (docs/benchmarks.md, issue 15)."""
+`radixserve bench allreduce` on two H200s (docs/benchmarks.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,6 +63,6 @@ def is_aligned(x: torch.Tensor) -> bool:
 
 
 def policy_from_env() -> AllReducePolicy:
-    """`RADIXSERVE_ALLREDUCE` = auto (default) | nccl | one_shot | two_shot. auto became the
-    default once the NCCL tier passed with it on two H200s (docs/benchmarks.md, issue 15)."""
+    """`RADIXSERVE_ALLREDUCE` = auto (default) | nccl | one_shot | two_shot. The GPU tier's TP=2
+    tests run with auto, so the default is the proven path."""
     return AllReducePolicy(mode=settings.ALLREDUCE.get())

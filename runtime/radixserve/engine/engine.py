@@ -32,10 +32,10 @@ from radixserve_kernels import set_pdl
 logger = logging.getLogger(__name__)
 
 
-# Measured on the H200 (docs/benchmarks.md): graphs made a 300-token prefill step 2.2x faster and
-# a 400-token one 3.1x, where the launches dwarf the GPU work (eighth session); and in the offline
-# workload's mixed 8k-token steps the GPU sat idle half the time behind a slow host, which graphs
-# to 8,192 took from 35-38 to 20-24 ms a step (tenth session). So the default covers the default
+# Measured on the H200 (docs/benchmarks.md): graphs make a 300-token prefill step 2.2x faster and
+# a 400-token one 3.1x, where the launches dwarf the GPU work; and in the offline workload's mixed
+# 8k-token steps the GPU sat idle half the time behind a slow host, which graphs to 8,192 tokens
+# take from 35-38 to 20-24 ms a step. So the default covers the default
 # prefill chunk; larger batches stay eager unless asked for.
 DEFAULT_PREFILL_GRAPH_TOKENS = SchedulerConfig.max_prefill_length
 

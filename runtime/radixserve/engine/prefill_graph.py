@@ -9,7 +9,7 @@ launch overhead on the H200's host. Replayed, a step costs the host one graph la
 and one attention call per layer: a 300-token prefill step took 7.3 ms instead of 15.7 (the
 time to first token of a short prompt on an idle server), and the offline workload's mixed
 8k-token steps, which left the GPU idle half the time behind a slow host, took 20-24 ms instead
-of 35-38 (docs/benchmarks.md, eighth and tenth sessions); hence the default bound of 8,192
+of 35-38 (docs/benchmarks.md); hence the default bound of 8,192
 tokens, the default prefill chunk (`engine.DEFAULT_PREFILL_GRAPH_TOKENS`).
 
 Every piece reads and writes static buffers (inputs, qkv, residual, attention output, final
