@@ -1,4 +1,4 @@
-"""Issue 14, the model cache: `spec.model.cache` (emptyDir, a PVC per replica through a StatefulSet,
+"""The model cache: `spec.model.cache` (emptyDir, a PVC per replica through a StatefulSet,
 a shared claim) and the deprecated `spec.modelCache`; the download init container for hub sources
 only, the server offline after it; the Hugging Face token from a Secret; one startup number for the
 probe and the runtime; the `CacheSharedReadWriteOnce` condition; the workload swap and the

@@ -1,7 +1,8 @@
-"""Issue 14 in the builders and handlers: the partial pod template merged over the operator's pod,
-default requests for GPU replicas, preStop and spread, the PodDisruptionBudget, autoscaling (HPA
-or KEDA) and the deletion of optional children the spec no longer asks for. Every built object
-passes the real Kubernetes schema (kubernetes-validate, strict) except KEDA's, a CRD."""
+"""Production features in the builders and handlers: the partial pod template merged over the
+operator's pod, default requests for GPU replicas, preStop and spread, the PodDisruptionBudget,
+autoscaling (HPA or KEDA) and the deletion of optional children the spec no longer asks for.
+Every built object passes the real Kubernetes schema (kubernetes-validate, strict) except KEDA's,
+a CRD."""
 
 from __future__ import annotations
 
