@@ -154,7 +154,10 @@ def run_scheduler_process(
             signal.signal(signal.SIGTERM, lambda *_: _STOP.set())  # serving: stop between steps
             ctx = zmq.Context()
             loop = SchedulerLoop(scheduler, ctx, addrs)
-            ack_queue.put(("scheduler", {"max_seq_len": int(scheduler.max_seq_len)}))
+            kv = scheduler.stats()
+            ack_queue.put(("scheduler", {"max_seq_len": int(scheduler.max_seq_len),
+                                         "kv_tokens_total": int(kv["kv_tokens_total"]),
+                                         "kv_pages_total": int(kv["kv_pages_total"])}))
             loop.run_forever(parent_pid)
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the teardown itself is bounded

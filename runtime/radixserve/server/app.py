@@ -20,6 +20,7 @@ from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
 from radixserve.server.responses_api import router as responses_router
+from radixserve.server.sglang_api import router as sglang_router
 from radixserve.server.state import ServerState, StateDep
 from radixserve.server.tokenize_api import router as tokenize_router
 
@@ -51,6 +52,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(responses_router)
     app.include_router(tokenize_router)
     app.include_router(embeddings_router)
+    app.include_router(sglang_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
     install_openapi(app, open_paths, state.api_key is not None)
     app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)

@@ -26,6 +26,7 @@ from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_proces
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
+from radixserve.server.sglang_api import ServerInfo
 from radixserve.server.state import ServerState
 from radixserve.tokenizer.worker import run_tokenizer_process
 
@@ -118,6 +119,16 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def _server_info(cfg: ServerConfig, name: str, model_path: str, ack: dict) -> ServerInfo:
+    model_type, archs = ServerInfo.read_model_config(model_path)
+    return ServerInfo(model_path=cfg.engine.model or name, served_model_name=name, tp_size=cfg.engine.tp,
+                      page_size=ack["kv_tokens_total"] // ack["kv_pages_total"], context_length=ack["max_seq_len"],
+                      max_total_num_tokens=ack["kv_tokens_total"],
+                      max_running_requests=cfg.scheduler.max_running_requests,
+                      chunked_prefill_size=cfg.scheduler.max_prefill_length,
+                      disable_radix_cache=cfg.scheduler.cache != "radix", model_type=model_type, architectures=archs)
+
+
 def _raise_exit(*_) -> None:
     raise SystemExit(143)
 
@@ -152,6 +163,7 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
                             reasoning_parser=cfg.reasoning_parser,
                             sampling_defaults=(sampling_defaults(model_path)
                                                if cfg.sampling_defaults == "model" else {}))
+        state.server_info = _server_info(cfg, name, model_path, info)
         if state.sampling_defaults:
             logger.info("sampling defaults from the model's generation_config.json for requests "
                         "that leave them out: %s (--sampling-defaults openai ignores them)",

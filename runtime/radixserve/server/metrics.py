@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from radixserve.messages import SchedulerStats
+from radixserve.server.sglang_metrics import SGLangMetrics
 
 # NOTE: LLM latencies span decades: a decode step is milliseconds, a long prefill behind a queue is
 # tens of seconds and a long generation minutes, so each histogram gets buckets over its own range
@@ -49,8 +50,12 @@ class ServerMetrics:
                              buckets=_E2E_BUCKETS, registry=r)
         self._last: dict[str, int] = dict.fromkeys(self.counters, 0)
         self.integrity.set(-1)
+        self.sglang = SGLangMetrics(r)
+        self.last_stats: dict[str, int] = {}  # the scheduler's latest, for the load endpoints
 
     def on_stats(self, msg: SchedulerStats) -> None:
+        self.last_stats = msg.stats
+        self.sglang.on_stats(msg.stats, msg.stats.get("prefix_hit_tokens", 0) - self._last["prefix_hit_tokens"])
         for key, gauge in self.gauges.items():
             if key in msg.stats:
                 gauge.set(msg.stats[key])
@@ -67,6 +72,7 @@ class ServerMetrics:
         self.requests.labels(outcome=outcome).inc()
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(completion_tokens)
+        self.sglang.on_finished(prompt_tokens, completion_tokens)
 
     def on_latency(self, e2e_s: float, ttft_s: float | None, completion_tokens: int) -> None:
         """Once per finished (sub-)request. TPOT leaves out the first token: that one is prefill's."""

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
 from radixserve import settings
 from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from radixserve.server.sglang_api import ServerInfo
 
 # No heartbeat for this long: the scheduler process is dead or frozen (its heartbeat thread runs
 # whatever its loop does). One loop iteration running this long: the scheduler is stuck.
@@ -36,6 +39,7 @@ class ServerState:
     shutting_down: bool = False
     loop: asyncio.AbstractEventLoop | None = None  # the server's, for the supervisor thread
     probe: asyncio.Future | None = None  # the /health_generate generation in progress
+    server_info: ServerInfo | None = None  # the configuration a gateway reads (`sglang_api.py`)
 
     def unhealthy_reason(self) -> str | None:
         if self.dead_child:
