@@ -4,12 +4,15 @@
 id. The parent sets the format in its environment, so spawned children log alike."""
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import logging
 import os
 import sys
 import time
 from contextvars import ContextVar
+from typing import Any
 
 from radixserve import settings
 
@@ -105,14 +108,44 @@ def setup_logging(process: str, default_level: str = "INFO") -> None:
         quiet_progress_bars()
 
 
+_HF_LOGGING = "transformers.utils.logging"
+
+
 def _route_transformers() -> None:
-    """transformers logs through a handler of its own, in its own format: send its records here."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        return
+    """transformers logs through a handler of its own, in its own format: send its records here,
+    now if it is imported, else as it is imported (importing it only for this would cost a
+    command-line mistake seconds)."""
+    module = sys.modules.get(_HF_LOGGING)  # the module that transformers' logging lives in
+    if module is not None:
+        _route(module)
+    elif not any(isinstance(f, _RouteOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RouteOnImport())
+
+
+def _route(hf_logging: Any) -> None:
     hf_logging.disable_default_handler()
     hf_logging.enable_propagation()
+    if os.environ.get("TQDM_DISABLE") == "1":
+        hf_logging.disable_progress_bar()
+
+
+class _RouteOnImport(importlib.abc.MetaPathFinder):
+    """Finds transformers' logging module as the path finder does, and routes it once run."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _HF_LOGGING:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def run_and_route(module: Any) -> None:
+            run(module)
+            _route(module)
+
+        spec.loader.exec_module = run_and_route  # type: ignore[method-assign]
+        return spec
 
 
 def quiet_progress_bars() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import re
 import socket
 from pathlib import Path
@@ -61,9 +62,10 @@ def resolve_model(model: str | None) -> Path:
         raise UsageError(str(e)) from None
 
 
-def _model_shape(model: str | None) -> object:
-    """The config fields `--tp` is checked against; for the embedded model not yet converted, read
-    from its GGUF header (converting it is work)."""
+def _model_shape(model: str | None) -> SimpleNamespace:
+    """The config fields the flags are checked against, read as plain JSON: importing torch and
+    transformers for this would make a mistake in the command line cost seconds. For the embedded
+    model not yet converted, read from its GGUF header (converting it is work)."""
     from radixserve.models.default_model import cache_dir, find_embedded_gguf
 
     if model is None and not (cache_dir() / "SmolLM2-135M-Instruct" / "config.json").exists():
@@ -79,27 +81,30 @@ def _model_shape(model: str | None) -> object:
                                num_key_value_heads=value("attention.head_count_kv"),
                                intermediate_size=value("feed_forward_length"),
                                max_position_embeddings=value("context_length"))
-    from transformers import AutoConfig
-
     from radixserve.models.default_model import resolve_model_path
 
     try:
-        return AutoConfig.from_pretrained(resolve_model_path(model))
+        path = Path(resolve_model_path(model)) / "config.json"
+        data = json.loads(path.read_text())
     except (OSError, ValueError, RuntimeError) as e:
         raise UsageError(f"--model {model}: {e}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--model {model}: config.json is not a JSON object")
+    if "num_attention_heads" in data:  # transformers' default for a config that leaves it out
+        data.setdefault("num_key_value_heads", data["num_attention_heads"])
+    return SimpleNamespace(**data)
 
 
-def check_model_config(eng: EngineConfig) -> None:
-    """The architecture is one this engine runs, `--tp` divides the model's heads, and
-    `--context-length` is within the model's."""
-    from radixserve.models.registry import get_model_class
+def check_model_shape(eng: EngineConfig, shape: SimpleNamespace) -> None:
+    """`--tp` divides the model's heads and `--context-length` is within the model's: plain
+    arithmetic on the config, before anything heavy is imported."""
     from radixserve.scheduler.tp_launch import validate_tp
 
-    shape = _model_shape(eng.model)
+    tp_fields = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
     try:
-        if hasattr(shape, "architectures"):
-            get_model_class(shape)
-        if eng.tp > 1:
+        # NOTE: a config without these is no architecture this engine runs; check_architecture
+        # says so in its own words
+        if eng.tp > 1 and all(hasattr(shape, f) for f in tp_fields):
             validate_tp(eng.tp, shape)
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -108,6 +113,17 @@ def check_model_config(eng: EngineConfig) -> None:
             eng.context_limit(int(shape.max_position_embeddings))
         except ValueError as e:
             raise UsageError(as_flag(str(e))) from None
+
+
+def check_architecture(shape: SimpleNamespace) -> None:
+    """The config names an architecture this engine runs (imports the model classes, so torch)."""
+    from radixserve.models.registry import get_model_class
+
+    if hasattr(shape, "architectures"):
+        try:
+            get_model_class(shape)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
 
 
 def check_device(eng: EngineConfig) -> None:
@@ -152,10 +168,12 @@ def check_weights(eng: EngineConfig) -> None:
 def check_engine(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
     """Every engine flag, the device and the model, without loading anything."""
     eng, sched = engine_configs(args)
-    check_device(eng)
     check_model(eng.model)
     check_weights(eng)
-    check_model_config(eng)
+    shape = _model_shape(eng.model)
+    check_model_shape(eng, shape)  # before torch is imported: these mistakes answer at once
+    check_device(eng)
+    check_architecture(shape)
     return eng, sched
 
 
