@@ -1,6 +1,15 @@
 """Reference attention over the paged KV cache in plain torch: CPU and CUDA, any page size.
 
-Requests are padded to the longest one in the batch so each layer is one batched SDPA call.
+Variable-length: each request costs its own length, never the batch's longest. The trailing run of
+one-token requests (a decode batch, or a mixed batch's decode tail) shares one SDPA call: one query
+each over its keys, padded to the longest of them (scores [rows, Hq, 1, keys]). Every other request
+gets its own SDPA calls over its own keys, its queries in tiles of at most `Q_TILE`, each tile over
+the keys it can see (the cached prefix and the tile's causal part), so one call's scores are at
+most Hq x Q_TILE x the request's length.
+
+NOTE: padding every request to the batch's longest query and key lengths made a mixed batch of 8
+streams beside one 3.6k-token prompt cost 9x that prompt's attention, its scores included: on CPU
+the streams got no token for minutes while memory doubled.
 """
 from __future__ import annotations
 
@@ -15,13 +24,66 @@ from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 if TYPE_CHECKING:
     from radixserve.engine.batch import Batch
 
+Q_TILE = 512  # queries of one request per SDPA call
+
+
+class QueryTile(NamedTuple):
+    start: int  # first row in q
+    end: int
+    num_keys: int  # keys the tile's queries can see: the request's first num_keys
+    mask: torch.Tensor  # [end - start, num_keys] True where the query may attend the key
+
+
+class ExtendRequest(NamedTuple):
+    kv_idx: torch.Tensor  # [seq_len] KV slot of each of the request's keys
+    tiles: list[QueryTile]
+
+
+class DecodeRows(NamedTuple):
+    start: int  # the one-token requests are q[start:]
+    kv_idx: torch.Tensor  # [rows, max_k] KV slots (past a row's length: its first slot)
+    mask: torch.Tensor  # [rows, 1, 1, max_k] True for a row's own keys
+
 
 class TorchMetadata(NamedTuple):
-    kv_idx: torch.Tensor  # [bs, Lk] KV slot of each key (padding: any valid slot)
-    mask: torch.Tensor  # [bs, 1, Lq, Lk] True where query may attend key
-    tok_req: torch.Tensor  # [T] request of each new token
-    tok_pos: torch.Tensor  # [T] index of each new token within its request's queries
-    max_q: int
+    extends: list[ExtendRequest]
+    decode: DecodeRows | None
+
+
+def decode_tail_start(ext: list[int]) -> int:
+    """Index of the first request of the batch's trailing run of one-token requests."""
+    k = len(ext)
+    while k > 0 and ext[k - 1] == 1:
+        k -= 1
+    return k
+
+
+def _extend_request(page_table: torch.Tensor, row: torch.Tensor, seq_len: int, ext: int,
+                    q_start: int) -> ExtendRequest:
+    """`row` [1]: the request's row of the page table, on the device."""
+    dev = page_table.device
+    prefix = seq_len - ext
+    tiles = []
+    for t0 in range(0, ext, Q_TILE):
+        t1 = min(t0 + Q_TILE, ext)
+        n = prefix + t1  # the tile's last query sits at position n - 1
+        # query i (absolute position prefix + i) sees keys 0..prefix + i
+        q_pos = prefix + torch.arange(t0, t1, device=dev)
+        mask = torch.arange(n, device=dev)[None, :] <= q_pos[:, None]
+        tiles.append(QueryTile(q_start + t0, q_start + t1, n, mask))
+    kv_idx = page_table[:, :seq_len].index_select(0, row)[0].long()
+    return ExtendRequest(kv_idx, tiles)
+
+
+def _decode_rows(page_table: torch.Tensor, rows: torch.Tensor, seq: list[int],
+                 start: int) -> DecodeRows:
+    dev = page_table.device
+    max_k = max(seq)
+    seq_t = torch.tensor(seq, device=dev)
+    own = torch.arange(max_k, device=dev)[None, :] < seq_t[:, None]
+    kv_idx = page_table[:, :max_k].index_select(0, rows).long()
+    kv_idx = torch.where(own, kv_idx, kv_idx[:, :1])  # padding: a valid slot, masked out
+    return DecodeRows(start, kv_idx, own[:, None, None, :])
 
 
 @ATTN_BACKENDS.register("torch")
@@ -30,40 +92,43 @@ class TorchBackend(BaseAttnBackend):
         return True  # any dtype torch converts, FP8 through `dequantize_kv_ref`
 
     def prepare(self, batch: Batch) -> None:
-        dev = self.cfg.device
         seq, ext = batch.seq_lens_cpu, batch.extend_lens_cpu
-        max_k, max_q = max(seq), max(ext)
-        rows = batch.req_rows.to(dev)
-        kv_idx = self.cfg.page_table[rows, :max_k].long()
-        seq_t = torch.tensor(seq, device=dev)
-        prefix_t = seq_t - torch.tensor(ext, device=dev)
-        k_pos = torch.arange(max_k, device=dev)
-        q_pos = torch.arange(max_q, device=dev)
-        # query i of a request sits at absolute position prefix + i and sees keys 0..prefix+i
-        mask = k_pos[None, None, :] <= (prefix_t[:, None, None] + q_pos[None, :, None])
-        mask &= k_pos[None, None, :] < seq_t[:, None, None]
-        mask[:, :, 0] = True  # padding queries attend to something: no NaN rows
-        kv_idx = torch.where(k_pos[None, :] < seq_t[:, None], kv_idx, kv_idx[:, :1])
-        ext_t = torch.tensor(ext, device=dev)
-        tok_req = torch.repeat_interleave(torch.arange(len(ext), device=dev), ext_t)
-        starts = torch.cumsum(ext_t, 0) - ext_t
-        tok_pos = torch.arange(int(ext_t.sum()), device=dev) - starts[tok_req]
-        batch.attn_metadata = TorchMetadata(kv_idx, mask[:, None], tok_req, tok_pos, max_q)
+        pt, rows = self.cfg.page_table, batch.req_rows.to(self.cfg.device)
+        split = decode_tail_start(ext)
+        extends, q_start = [], 0
+        for i in range(split):
+            extends.append(_extend_request(pt, rows[i:i + 1], seq[i], ext[i], q_start))
+            q_start += ext[i]
+        decode = _decode_rows(pt, rows[split:], seq[split:], q_start) if split < len(ext) else None
+        batch.attn_metadata = TorchMetadata(extends, decode)
+
+    def _kv(self, layer_id: int, kv_idx: torch.Tensor, dtype: torch.dtype
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values at `kv_idx` [..., n] as `dtype`: [..., n, Hkv, D]."""
+        pool = self.cfg.kv_pool
+        keys = dequantize_kv_ref(gather_kv(pool.k_cache(layer_id), kv_idx), pool.k_scale(layer_id), dtype)
+        vals = dequantize_kv_ref(gather_kv(pool.v_cache(layer_id), kv_idx), pool.v_scale(layer_id), dtype)
+        return keys, vals
 
     def attend(self, q: torch.Tensor, layer_id: int, batch: Batch,
                out: torch.Tensor | None = None) -> torch.Tensor:
         md: TorchMetadata = batch.attn_metadata  # type: ignore[assignment]
-        pool = self.cfg.kv_pool
-        k_cache, v_cache = pool.k_cache(layer_id), pool.v_cache(layer_id)
-        keys = dequantize_kv_ref(gather_kv(k_cache, md.kv_idx), pool.k_scale(layer_id), q.dtype)
-        vals = dequantize_kv_ref(gather_kv(v_cache, md.kv_idx), pool.v_scale(layer_id), q.dtype)
-        keys, vals = keys.transpose(1, 2), vals.transpose(1, 2)  # [bs, Hkv, Lk, D]
-        bs, hq, d = len(batch.seq_lens_cpu), q.shape[1], q.shape[2]
-        q_pad = q.new_zeros(bs, md.max_q, hq, d)
-        q_pad[md.tok_req, md.tok_pos] = q
-        o = F.scaled_dot_product_attention(
-            q_pad.transpose(1, 2), keys, vals,
-            attn_mask=md.mask, scale=self.cfg.scale, enable_gqa=hq != keys.shape[1],
-        )  # [bs, Hq, Lq, D]
-        o = o.transpose(1, 2)[md.tok_req, md.tok_pos]
-        return o if out is None else out.copy_(o)
+        out = q.new_empty(q.shape) if out is None else out
+        gqa = q.shape[1] != self.cfg.num_kv_heads
+        for req in md.extends:
+            keys, vals = self._kv(layer_id, req.kv_idx, q.dtype)
+            keys, vals = keys.transpose(0, 1), vals.transpose(0, 1)  # [Hkv, n, D]
+            for t in req.tiles:
+                o = F.scaled_dot_product_attention(
+                    q[t.start:t.end].transpose(0, 1), keys[:, :t.num_keys], vals[:, :t.num_keys],
+                    attn_mask=t.mask, scale=self.cfg.scale, enable_gqa=gqa,
+                )  # [Hq, tile, D]
+                out[t.start:t.end] = o.transpose(0, 1)
+        if (d := md.decode) is not None:
+            keys, vals = self._kv(layer_id, d.kv_idx, q.dtype)  # [rows, max_k, Hkv, D]
+            o = F.scaled_dot_product_attention(
+                q[d.start:, :, None], keys.transpose(1, 2), vals.transpose(1, 2),
+                attn_mask=d.mask, scale=self.cfg.scale, enable_gqa=gqa,
+            )  # [rows, Hq, 1, D]
+            out[d.start:] = o[:, :, 0]
+        return out
