@@ -13,8 +13,11 @@ from typing import Any
 import torch
 
 from radixserve.models.base import BaseCausalLM
+from radixserve.models.fp8_weights import fp8_weights, keep_fp8_layers, read_scales
 from radixserve.models.lazy_weight import LazyWeight
+from radixserve.models.quantization import read_quantization
 from radixserve.models.registry import get_model_class
+from radixserve.models.weights import WeightNameMap
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -98,15 +101,32 @@ def load_model(
 
     model_dir = Path(model_dir)
     hf_config = AutoConfig.from_pretrained(model_dir)
+    if load_format not in ("auto", "dummy"):
+        raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
+    fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
     model = build_model(hf_config, dtype, device)
     if load_format == "dummy":
         _fill_dummy(model)
-    elif load_format == "auto":
+    elif fp8 is None:
         model.load_weights(iter_safetensors(model_dir))
     else:
-        raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
+        scales = read_scales(iter_safetensors(model_dir))
+        names = getattr(model, "weight_names", WeightNameMap())
+        kept = keep_fp8_layers(model, names, scales, fp8) if use_fp8_gemm(device, dtype) else set()
+        model.load_weights(fp8_weights(iter_safetensors(model_dir), scales, fp8, kept))
+        logger.info("FP8 weights (%s, %s scales): %d linear weights stay FP8, the rest dequantized "
+                    "to %s", fp8.method, fp8.granularity, len(kept), dtype)
     logger.info("loaded %s (%s) on %s as %s", model_dir, type(model).__name__, device, dtype)
     return model, hf_config
+
+
+def use_fp8_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether FP8 weights with per-channel/per-tensor scales stay FP8 and run `_scaled_mm`: a
+    bfloat16 model on a GPU with FP8 tensor cores (compute capability 8.9+: Ada, Hopper)."""
+    device = torch.device(device)
+    if device.type != "cuda" or dtype != torch.bfloat16:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
 @torch.no_grad()

@@ -1,0 +1,170 @@
+"""FP8 weight checkpoints: a tiny Qwen3 quantized on the fly as Hugging Face block FP8 and as
+compressed-tensors per-channel and per-tensor FP8 gives the logits of transformers loading the
+same checkpoint, and greedy tokens of transformers on the dequantized weights; a wrong scale
+changes them; the FP8 GEMM path keeps the checkpoint's bytes and scales, sharded per rank."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from radixserve import LLM, SamplingParams
+from radixserve.models import loader
+from radixserve.models.loader import load_model
+from radixserve.testing import write_tiny_checkpoint
+from tests.models.fp8_checkpoints import (
+    BLOCK,
+    FORMATS,
+    corrupt_scale,
+    dequantize,
+    write_fp8_checkpoint,
+)
+from tests.models.helpers import hf_logits, our_logits
+from tests.runtime.helpers import hf_greedy, random_prompts
+
+IDS = random_prompts(1, [90], 300, seed=5)[0]
+
+
+@pytest.fixture(scope="module")
+def fp8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """format -> (FP8 checkpoint, its dequantized float32 twin)."""
+    root = tmp_path_factory.mktemp("fp8")
+    src = write_tiny_checkpoint("qwen3", root / "src")
+    return {f: (write_fp8_checkpoint(src, root / f, f, ref=root / f"{f}-ref"), root / f"{f}-ref")
+            for f in FORMATS}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_logits_match_transformers_on_the_dequantized_weights(fp8, fmt):
+    path, ref = fp8[fmt]
+    model, _ = load_model(path, torch.float32, "cpu")
+    torch.testing.assert_close(our_logits(model, IDS), hf_logits(ref, IDS), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_logits_match_transformers_loading_the_same_fp8_checkpoint(fp8, fmt):
+    """transformers' own FP8 loading on CPU: it dequantizes `fp8` checkpoints by itself, and
+    compressed-tensors ones when asked to (`dequantize=True`; that needs `compressed-tensors`)."""
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+    kw = {}
+    if fmt != "block":
+        pytest.importorskip("compressed_tensors", reason="transformers needs it for this format")
+        kw["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    path, _ = fp8[fmt]
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kw).eval()
+    assert hf.model.layers[0].mlp.down_proj.weight.dtype == torch.float32
+    with torch.inference_mode():
+        theirs = hf(torch.tensor([IDS])).logits[0].float()
+    model, _ = load_model(path, torch.float32, "cpu")
+    torch.testing.assert_close(our_logits(model, IDS), theirs, atol=1e-4, rtol=0)
+
+
+GREEDY = [  # (format, cache, page size, max prefill, tp)
+    ("block", "radix", 1, 16, 1),
+    ("channel", "naive", 16, 8192, 1),
+    ("tensor", "radix", 4, 32, 1),
+    ("block", "radix", 4, 32, 2),
+]
+
+
+@pytest.mark.parametrize("fmt,cache,page,chunk,tp", GREEDY)
+def test_greedy_tokens_equal_transformers(fp8, fmt, cache, page, chunk, tp):
+    path, ref = fp8[fmt]
+    prompts = random_prompts(4, [7, 40, 77, 130], 300, seed=3)
+    expected = hf_greedy(ref, prompts, 10)
+    llm = LLM(str(path), dtype="float32", device="cpu", cache=cache, page_size=page,
+              max_prefill_length=chunk, tp=tp)
+    try:
+        sp = SamplingParams(max_tokens=10, ignore_eos=True)
+        assert [r.token_ids for r in llm.generate(prompts, sp)] == expected
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("fmt", ["block", "channel"])
+def test_a_wrong_scale_changes_the_logits_and_tokens(fp8, tmp_path, fmt):
+    path, ref = fp8[fmt]
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    suffix = "weight_scale_inv" if fmt == "block" else "weight_scale"
+    corrupt_scale(bad, f"model.layers.0.mlp.down_proj.{suffix}", 4.0)
+    model, _ = load_model(bad, torch.float32, "cpu")
+    ours, want = our_logits(model, IDS), hf_logits(ref, IDS)
+    assert (ours - want).abs().max() > 0.5
+    assert (ours.argmax(-1) != want.argmax(-1)).any()
+
+
+def test_block_scales_are_cut_with_their_rank_s_rows(fp8, tp_rank):
+    """Rank 1 of 2: its K rows (16 of a 32-row block) are dequantized with that block's scales."""
+    path, _ = fp8["block"]
+    tensors = load_file(str(path / "model.safetensors"))
+    tp_rank(1, 2)
+    model, _ = load_model(path, torch.float32, "cpu")
+    p = "model.layers.0.self_attn."
+    q, k, v = (dequantize(tensors[p + f"{n}_proj.weight"], tensors[p + f"{n}_proj.weight_scale_inv"],
+                          "block") for n in "qkv")
+    assert BLOCK[0] == 32 and k.shape[0] == 32  # the rank's KV rows start mid-block
+    want = torch.cat([q[32:64], k[16:32], v[16:32]])
+    assert torch.equal(model.model.layers[0].self_attn.qkv_proj.weight, want)
+    down = dequantize(tensors["model.layers.1.mlp.down_proj.weight"],
+                      tensors["model.layers.1.mlp.down_proj.weight_scale_inv"], "block")
+    assert torch.equal(model.model.layers[1].mlp.down_proj.weight, down[:, 64:])
+
+
+@pytest.mark.parametrize("fmt", ["channel", "tensor"])
+def test_fp8_gemm_path_keeps_checkpoint_bytes_and_row_scales(fp8, tp_rank, monkeypatch, fmt):
+    """The GPU path (forced here: torch's `_scaled_mm` also runs on CPU): rank 1 of 2 stores
+    its FP8 rows as the checkpoint has them, one scale per row (q, k and v each their own)."""
+    path, _ = fp8[fmt]
+    tensors = load_file(str(path / "model.safetensors"))
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: True)
+    tp_rank(1, 2)
+    model, _ = load_model(path, torch.float32, "cpu")
+    p = "model.layers.0.self_attn."
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    w = {n: tensors[p + f"{n}_proj.weight"] for n in "qkv"}
+    s = {n: tensors[p + f"{n}_proj.weight_scale"].reshape(-1).expand(w[n].shape[0]) for n in "qkv"}
+    assert qkv.weight.dtype == torch.float8_e4m3fn
+    want_w = torch.cat([w["q"][32:64], w["k"][16:32], w["v"][16:32]])
+    assert torch.equal(qkv.weight.view(torch.uint8), want_w.view(torch.uint8))
+    assert torch.equal(qkv.weight_scale, torch.cat([s["q"][32:64], s["k"][16:32], s["v"][16:32]]))
+    o = model.model.layers[0].self_attn.o_proj  # row-parallel: input columns split, scales whole
+    assert torch.equal(o.weight.view(torch.uint8),
+                       tensors[p + "o_proj.weight"][:, 32:].view(torch.uint8))
+    assert torch.equal(o.weight_scale, tensors[p + "o_proj.weight_scale"].reshape(-1).expand(64))
+
+
+@pytest.mark.parametrize("fmt", ["channel", "tensor"])
+def test_fp8_gemm_path_stays_close_to_transformers(fp8, monkeypatch, fmt):
+    """With activations quantized per token, logits stay within FP8's error and greedy picks
+    mostly agree (they need not all: FP8 activations are not what the reference computes)."""
+    path, ref = fp8[fmt]
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: True)
+    model, _ = load_model(path, torch.float32, "cpu")
+    assert model.model.layers[1].mlp.gate_up_proj.weight.dtype == torch.float8_e4m3fn
+    ours, want = our_logits(model, IDS), hf_logits(ref, IDS)
+    err = (ours - want).abs().mean() / want.abs().mean()
+    assert err < 0.15  # e4m3 keeps 3 mantissa bits (~3% a rounding); 8% measured here
+    assert (ours.argmax(-1) == want.argmax(-1)).float().mean() > 0.75  # 88-91% measured
+
+
+def test_fp8_linear_is_the_product_of_the_quantized_operands():
+    """`fp8_linear` = (each row of x rounded to FP8 with its scale) @ (FP8 weight * row scale).T,
+    as computed from the operands in float64 (plus the bias)."""
+    from radixserve.layers.fp8_linear import FP8_DTYPE, fp8_linear
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(5, 32, generator=g), torch.randn(48, 32, generator=g), torch.randn(48)
+    w_scale = w.abs().amax(dim=1) / 448
+    wq = (w / w_scale[:, None]).to(FP8_DTYPE)
+    x_scale = x.abs().amax(dim=1, keepdim=True) / 448
+    xq = (x / x_scale).to(FP8_DTYPE)
+    want = (xq.double() * x_scale.double()) @ (wq.double() * w_scale.double()[:, None]).T + b
+    got = fp8_linear(x, wq, w_scale, b)
+    torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
+    assert (got - x @ w.T - b).abs().max() > 1e-3  # the operands really were rounded to FP8
