@@ -10,6 +10,9 @@ from typing import Any
 import torch
 
 ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3_moe")
+# sliding-window architectures, tested on their own (their windows need the torch backend)
+WINDOWED_ARCHS = ("mistral", "gemma3")
+SLIDING_WINDOW = 24  # tokens: test prompts run past it
 
 SPECIAL_TOKENS = ("<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0..4
 EOS_IDS = (2, 4)  # <|endoftext|> and <|im_end|>
@@ -87,6 +90,29 @@ _ARCH_CONFIG: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "rope_theta": 1000000.0,
     },
+    "mistral": {
+        "model_type": "mistral",
+        "architectures": ["MistralForCausalLM"],
+        "tie_word_embeddings": False,
+        "rope_theta": 1000000.0,
+        "sliding_window": SLIDING_WINDOW,
+    },
+    "gemma3": {
+        "model_type": "gemma3_text",
+        "architectures": ["Gemma3ForCausalLM"],
+        "tie_word_embeddings": True,
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": SLIDING_WINDOW,
+        "query_pre_attn_scalar": 24,  # not head_dim: the attention scale differs from 1/sqrt(16)
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "final_logit_softcapping": 30.0,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    },
     "qwen3_moe": {
         "model_type": "qwen3_moe",
         "architectures": ["Qwen3MoeForCausalLM"],
@@ -110,7 +136,8 @@ def write_tiny_checkpoint(
     from transformers import AutoConfig, GenerationConfig
 
     if arch not in _ARCH_CONFIG:
-        raise ValueError(f"unknown tiny arch {arch!r}; choose one of: {', '.join(ARCHS)}")
+        raise ValueError(
+            f"unknown tiny arch {arch!r}; choose one of: {', '.join(ARCHS + WINDOWED_ARCHS)}")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
@@ -184,9 +211,12 @@ def random_hf_weights(cfg: Any, seed: int) -> dict[str, torch.Tensor]:
             if qkv_bias:
                 w[p + f"self_attn.{name}.bias"] = bias(rows)
         w[p + "self_attn.o_proj.weight"] = mat(h, q, gain=_BLOCK_OUT_GAIN)
-        if cfg.model_type.startswith("qwen3"):
+        if cfg.model_type.startswith(("qwen3", "gemma3")):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
+        if cfg.model_type == "gemma3_text":
+            w[p + "pre_feedforward_layernorm.weight"] = norm(h)
+            w[p + "post_feedforward_layernorm.weight"] = norm(h)
         w.update(_mlp_weights(cfg, i, p + "mlp.", mat))
     w["model.norm.weight"] = norm(h)
     if not cfg.tie_word_embeddings:
@@ -194,6 +224,8 @@ def random_hf_weights(cfg: Any, seed: int) -> dict[str, torch.Tensor]:
     else:  # one matrix embeds and makes the logits: shrink it, and scale the final norm up to match
         w["model.embed_tokens.weight"] *= _LOGIT_GAIN / h**0.5 / _TIED_SHRINK
         w["model.norm.weight"] *= _TIED_SHRINK
+    if cfg.model_type == "gemma3_text":  # Gemma's norms scale by (1 + weight)
+        w = {k: t - 1.0 if "norm" in k else t for k, t in w.items()}
     return w
 
 

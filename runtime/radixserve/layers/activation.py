@@ -12,3 +12,11 @@ class SiluAndMul(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (silu_and_mul if kernel_path.use_triton(x) else silu_and_mul_ref)(x)
+
+
+class GeluTanhAndMul(nn.Module):
+    """x = [gate, up] along the last dim -> gelu_tanh(gate) * up (Gemma's `gelu_pytorch_tanh`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up

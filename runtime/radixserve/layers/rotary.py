@@ -27,12 +27,18 @@ if TYPE_CHECKING:
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 
 
-def rope_parameters(hf_config: Any) -> dict[str, Any]:
+def rope_parameters(hf_config: Any, layer_type: str | None = None) -> dict[str, Any]:
     """The RoPE settings as one dict with `rope_type` and `rope_theta`: transformers 5 keeps them in
-    `config.rope_parameters`; older versions in `rope_theta` and `rope_scaling`."""
+    `config.rope_parameters` (one dict per `layer_type` for models whose layer kinds differ, as
+    Gemma 3); older versions in `rope_theta` and `rope_scaling` (Gemma 3's local layers: in
+    `rope_local_base_freq`, unscaled)."""
     params = getattr(hf_config, "rope_parameters", None)
-    if params:
+    if params and layer_type is not None and layer_type in params:
+        params = dict(params[layer_type])
+    elif params:
         params = dict(params)
+    elif layer_type == "sliding_attention":
+        params = {"rope_theta": getattr(hf_config, "rope_local_base_freq", 10000.0)}
     else:
         params = dict(getattr(hf_config, "rope_scaling", None) or {})
         params["rope_theta"] = getattr(hf_config, "rope_theta", 10000.0)
@@ -40,11 +46,14 @@ def rope_parameters(hf_config: Any) -> dict[str, Any]:
     return params
 
 
-def compute_inv_freq(hf_config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
-    """(inv_freq [head_dim/2] float32, attention scaling applied to cos/sin)."""
+def compute_inv_freq(hf_config: Any, head_dim: int,
+                     layer_type: str | None = None) -> tuple[torch.Tensor, float]:
+    """(inv_freq [head_dim/2] float32, attention scaling applied to cos/sin) of the layers of
+    `layer_type` (where the config's RoPE differs by layer kind)."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    params = rope_parameters(hf_config)
+    params = rope_parameters(hf_config, layer_type)
+    nested = layer_type is not None and layer_type in (getattr(hf_config, "rope_parameters", None) or {})
     rope_type = params["rope_type"]
     if rope_type in _DYNAMIC_ROPE_TYPES:
         raise ValueError(
@@ -52,7 +61,8 @@ def compute_inv_freq(hf_config: Any, head_dim: int) -> tuple[torch.Tensor, float
         )
     init_fn = ROPE_INIT_FUNCTIONS.get(rope_type)
     if init_fn is not None:
-        inv_freq, scaling = init_fn(hf_config, torch.device("cpu"))
+        kw = {"layer_type": layer_type} if nested else {}
+        inv_freq, scaling = init_fn(hf_config, torch.device("cpu"), **kw)
     elif rope_type == "default":  # transformers 5 computes the default inside each model
         base = float(params["rope_theta"])
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
@@ -71,9 +81,11 @@ def compute_inv_freq(hf_config: Any, head_dim: int) -> tuple[torch.Tensor, float
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, hf_config: Any, head_dim: int, max_positions: int) -> None:
+    def __init__(self, hf_config: Any, head_dim: int, max_positions: int,
+                 layer_type: str | None = None) -> None:
         super().__init__()
         self.hf_config, self.head_dim, self.max_positions = hf_config, head_dim, max_positions
+        self.layer_type = layer_type
         # [position, cos | sin] in float32, the layout the Triton kernel reads
         self.register_buffer(
             "cos_sin_cache",
@@ -85,7 +97,7 @@ class RotaryEmbedding(nn.Module):
 
     def on_materialized(self) -> None:
         """Fill the cache; the loader calls this after `to_empty`, which leaves buffers garbage."""
-        inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim)
+        inv_freq, scaling = compute_inv_freq(self.hf_config, self.head_dim, self.layer_type)
         self.cos_sin_cache.copy_(build_cos_sin_cache(inv_freq, self.max_positions, scaling))
 
     def decode_rope(self, q_norm: RMSNorm | None = None,

@@ -25,6 +25,12 @@ class BaseCausalLM(nn.Module, ABC):
         """Run `compute_logits`' GEMM once for every row count up to `max_rows` (on CUDA, before
         serving), so that no step pays cuBLAS's first choice of kernel for its shape."""
 
+    def sliding_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window W (a query at position p sees the keys at p-W+1..p), None
+        for full attention; () when every layer attends to the whole sequence. The engine hands
+        them to the attention backend, which refuses them if it has no windows."""
+        return ()
+
     @abstractmethod
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Consume (HF name, full tensor) pairs; shard for this rank; raise on missing weights."""

@@ -1,5 +1,6 @@
-"""The pre-norm decoder shared by Llama, Qwen2, Qwen3 and Qwen3-MoE. Architectures differ only in
-attention biases, QK-norm and which MLP a layer gets; they subclass `DecoderForCausalLM`."""
+"""The pre-norm decoder shared by Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE and Gemma 3.
+Architectures differ in attention biases, QK-norm, which MLP a layer gets and, for Gemma 3, the
+layer itself (`model_cls`); they subclass `DecoderForCausalLM`."""
 
 from __future__ import annotations
 
@@ -155,13 +156,16 @@ class DecoderModel(nn.Module):
         the piece is written to those buffers, so each captured graph leaves it where the next
         reads it."""
         if i == 0:
-            x, residual = self.embed_tokens(input_ids), None
+            x, residual = self.embed(input_ids), None
         else:
             assert o is not None and residual is not None, "piece i > 0 needs layer i-1's attention"
             x, residual = self.layers[i - 1].after_attn(o, residual)
         if i == len(self.layers):
             return self.norm(x, residual, out=None if bufs is None else bufs.hidden)[0]
         return self.layers[i].before_attn(positions, x, residual, bufs)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
 
     def attend(self, i: int, a: AttnInputs, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.layers[i].self_attn.attend(a, out)
@@ -174,18 +178,25 @@ class DecoderModel(nn.Module):
 
 
 class DecoderForCausalLM(BaseCausalLM):
-    """Subclasses choose `attn_options` and, if not dense, `make_mlp`."""
+    """Subclasses choose `attn_options`, if not dense `make_mlp`, if windowed
+    `sliding_windows`, and where layers differ, `model_cls`."""
 
     weight_names = WeightNameMap()
+    model_cls: type[DecoderModel] = DecoderModel
 
     def __init__(self, hf_config: Any) -> None:
         super().__init__()
-        hc.check_supported(hf_config)
+        self.check_config(hf_config)
         self.hf_config = hf_config
-        self.model = DecoderModel(hf_config, self.attn_options(hf_config), self.make_mlp)
+        self.model = self.model_cls(hf_config, self.attn_options(hf_config), self.make_mlp)
         self.lm_head = ParallelLMHead(hf_config.vocab_size, hf_config.hidden_size)
         self.tied = hc.tie_word_embeddings(hf_config)
         self.on_materialized()
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise for settings the layers do not implement, rather than computing something else."""
+        hc.check_supported(cfg)
 
     @classmethod
     def attn_options(cls, cfg: Any) -> AttnOptions:

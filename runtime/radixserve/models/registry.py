@@ -9,7 +9,7 @@ from radixserve.models.base import BaseCausalLM
 from radixserve.utils.registry import Registry
 
 MODELS: Registry[type[BaseCausalLM]] = Registry("model architecture")
-_ARCH_MODULES = ("llama", "qwen2", "qwen3", "qwen3_moe")
+_ARCH_MODULES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3")
 
 
 def _import_architectures() -> None:

@@ -1,0 +1,14 @@
+"""Mistral (7B v0.1-v0.3, Nemo, Small): Llama's layers; v0.1 attends within a sliding window in
+every layer (`sliding_window`), later versions set it to null (full attention)."""
+
+from __future__ import annotations
+
+from radixserve.models.llama import LlamaForCausalLM
+from radixserve.models.registry import MODELS
+
+
+@MODELS.register("MistralForCausalLM")
+class MistralForCausalLM(LlamaForCausalLM):
+    def sliding_windows(self) -> tuple[int | None, ...]:
+        window = getattr(self.hf_config, "sliding_window", None)
+        return () if window is None else (int(window),) * self.hf_config.num_hidden_layers
