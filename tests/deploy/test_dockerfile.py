@@ -56,6 +56,8 @@ def test_one_copy_of_cuda() -> None:
     base = DF.global_args["GPU_BASE_IMAGE"]
     assert re.fullmatch(r"ubuntu:\d\d\.\d\d", base), base
     for stage in DF.stages.values():
+        if stage.base in DF.stages:  # FROM another stage of this file
+            continue
         image = DF.global_args.get(stage.base[2:-1], stage.base) or ""
         assert "cuda" not in image, f"{stage.name} is FROM {image}"
     cuda_pkgs = {p for p in DF.stages["runtime"].apt_packages() if "cuda" in p or "nvidia" in p}
@@ -70,7 +72,7 @@ def test_gpu_stack_is_pinned_as_one() -> None:
     tag = "cu" + g["CUDA_VERSION"].replace(".", "")
     assert g["TORCH_CUDA_INDEX"] == f"https://download.pytorch.org/whl/{tag}"
     assert g["FLASHINFER_INDEX"] == f"https://flashinfer.ai/whl/{tag}"
-    runs = " ".join(" ".join(c.value) for c in DF.stages["cuda-builder"].all("RUN"))
+    runs = _runs_of("runtime")
     for pin in (
         '"torch==${TORCH_VERSION}" "triton==${TRITON_VERSION}" --index-url "${TORCH_CUDA_INDEX}"',
         '"flashinfer-python==${FLASHINFER_VERSION}" "flashinfer-cubin==${FLASHINFER_VERSION}"',
@@ -114,9 +116,43 @@ def test_final_stage_has_no_build_tools(target: str) -> None:
         )
 
 
-def _builder_of(target: str) -> str:
-    (copy,) = [c for c in DF.stages[target].all("COPY") if c.value[0] == "/opt/venv"]
+def _copied_from(target: str, path: str) -> str:
+    (copy,) = [c for c in DF.stages[target].all("COPY") if c.value[0] == path]
     return next(f for f in copy.flags if f.startswith("--from=")).removeprefix("--from=")
+
+
+def _runs_of(target: str) -> str:
+    """The RUN lines of the stages that made what `target` copies: its venv and its app."""
+    stages = [_copied_from(target, "/opt/venv"), _copied_from(target, "/opt/app")]
+    return " ".join(" ".join(c.value) for s in stages for c in DF.stages[s].all("RUN"))
+
+
+@pytest.mark.parametrize("target", FINAL)
+def test_project_source_is_the_last_layer(target: str) -> None:
+    """The venv (dependencies) comes from a stage that never sees the source, radixserve from
+    one that does, copied after it: a source change rebuilds one small layer, not torch's."""
+    copies = [c.value[0] for c in DF.stages[target].all("COPY")]
+    assert copies == ["/opt/venv", "/opt/app"], copies
+    deps, app = _copied_from(target, "/opt/venv"), _copied_from(target, "/opt/app")
+    assert DF.stages[app].base == deps, f"{app} installs into what {deps} made"
+    for c in DF.stages[deps].all("COPY"):
+        assert c.value[0] == "/reqs" and "--from=reqs" in c.flags, c.original
+    (reqs_copy,) = DF.stages["reqs"].all("COPY")
+    assert list(reqs_copy.value[:-1]) == ["pyproject.toml"], "requirement lists from pyproject only"
+    assert "radixserve-app.pth" in " ".join(" ".join(c.value) for c in DF.stages[deps].all("RUN"))
+    path = next(v for k, v in DF.stages[target].env().items() if k == "PATH")
+    assert path.startswith("/opt/app/bin:/opt/venv/bin:"), path
+
+
+@pytest.mark.parametrize("stage", ["wheel", "cpu-builder", "cuda-builder", "operator-builder"])
+def test_pip_stages_take_a_wheelhouse_config(stage: str) -> None:
+    """scripts/images builds offline by passing PIP_CONFIG_FILE (no-index, find-links,
+    constraints); every stage that runs pip against an index must declare it before that RUN."""
+    cmds = DF.stages[stage].commands
+    declared = [i for i, c in enumerate(cmds) if c.cmd == "ARG" and c.value[0] == "PIP_CONFIG_FILE"]
+    assert declared, f"{stage} does not declare ARG PIP_CONFIG_FILE"
+    pip_runs = [i for i, c in enumerate(cmds) if c.cmd == "RUN" and "pip " in " ".join(c.value)]
+    assert pip_runs and declared[0] < pip_runs[0]
 
 
 @pytest.mark.parametrize(
@@ -132,10 +168,10 @@ def _builder_of(target: str) -> str:
     ],
 )
 def test_each_target_installs_its_extra(target: str, must_install: list[str]) -> None:
-    runs = " ".join(" ".join(c.value) for c in DF.stages[_builder_of(target)].all("RUN"))
+    runs = _runs_of(target)
     for needle in must_install:
         assert needle in runs, f"{target}: {needle!r} not installed"
-    assert "--no-deps /wheels/radixserve-" in runs
+    assert "--no-deps --target /opt/app /wheels/radixserve-" in runs
     if target == "operator":
         assert "base.txt" not in runs and "torch" not in runs, "the operator image stays slim"
     assert DF.global_args["TORCH_CPU_INDEX"].endswith("/whl/cpu")

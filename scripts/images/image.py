@@ -1,0 +1,78 @@
+"""Build one image: base, wheelhouse, `buildah bud`, then a docker-archive under archives/,
+skipped when the archive's key (Dockerfile, context, base recipe, locks, build args) is
+unchanged."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from . import buildah
+from .base import ensure_base
+from .cachekey import files_digest, image_key
+from .context import context_files, with_dockerfile
+from .paths import REPO, archives_dir, logs_dir, wheelhouse
+from .progress import fmt, log, run_logged
+from .specs import BASE_TAG, IMAGES, ImageSpec
+from .tools import ensure_tools
+from .wheelhouse import fill, locks_digest, stage_config
+
+
+def build_args(spec: ImageSpec, pip_config: str) -> dict[str, str]:
+    return {"PYTHON_IMAGE": BASE_TAG, "PIP_CONFIG_FILE": pip_config, **spec.build_args}
+
+
+def archive_key(spec: ImageSpec, base_key: str, args: dict[str, str], repo: Path = REPO) -> str:
+    return image_key({
+        "context": files_digest(repo, with_dockerfile(context_files(repo))),
+        "base": base_key,
+        "locks": locks_digest(spec.locks),
+        "target": spec.target,
+        "tag": spec.tag,
+        "build-args": json.dumps(args, sort_keys=True),
+    })
+
+
+def archive_path(name: str) -> Path:
+    return archives_dir() / f"{name}.tar"
+
+
+def is_current(archive: Path, key: str) -> bool:
+    stamp = archive.with_suffix(".key")
+    return archive.is_file() and stamp.is_file() and stamp.read_text() == key
+
+
+def build(name: str, force: bool = False) -> Path:
+    """The archive of image `name` (a key of specs.IMAGES), built if its inputs changed."""
+    if name not in IMAGES:
+        raise KeyError(f"no image {name!r}; choose from {', '.join(IMAGES)}")
+    spec = IMAGES[name]
+    t0 = time.monotonic()
+    ensure_tools()
+    base_key = ensure_base()
+    fill(spec.locks)
+    args = build_args(spec, stage_config(spec))
+    key = archive_key(spec, base_key, args)
+    archive = archive_path(name)
+    if not force and is_current(archive, key):
+        log(f"{name}: archive current ({archive})")
+        return archive
+    log(f"{name}: buildah bud --target {spec.target} (log: {logs_dir() / f'bud-{name}.log'})")
+    run_logged(buildah.bud_command(REPO, spec.target, spec.tag, wheelhouse(), args),
+               logs_dir() / f"bud-{name}.log", f"{name} build")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    part = archive.with_suffix(".tar.part")
+    part.unlink(missing_ok=True)
+    run_logged(buildah.push_command(spec.tag, part), logs_dir() / f"push-{name}.log",
+               f"{name} archive")
+    part.rename(archive)
+    archive.with_suffix(".key").write_text(key)
+    size = archive.stat().st_size / 2**30
+    log(f"{name}: {archive} ({size:.2f} GiB) in {fmt(time.monotonic() - t0)}")
+    return archive
+
+
+def archives() -> dict[str, Path]:
+    """The archives that exist now, by image name (whether current or not)."""
+    return {name: archive_path(name) for name in IMAGES if archive_path(name).is_file()}
