@@ -38,9 +38,14 @@ class ModelShape:
     head_dim: int
     dtype: str = "bfloat16"
     num_experts: int = 0  # 0: dense
+    # the decoder layers' linear weights, where the checkpoint's quantization keeps them in fewer
+    # bytes on the GPU (`quantized_bytes` each, scales included); the rest is in `dtype`
+    quantized_params: int = 0
+    quantized_bytes: float = 0.0
 
     def weight_bytes(self, dtype: str | None = None) -> int:
-        return self.param_count * DTYPE_BYTES[dtype or self.dtype]
+        rest = (self.param_count - self.quantized_params) * DTYPE_BYTES[dtype or self.dtype]
+        return rest + int(self.quantized_params * self.quantized_bytes)
 
     def kv_bytes_per_token(self, tp: int, dtype: str | None = None) -> int:
         """K and V for every layer on one GPU; KV heads are replicated when tp exceeds them."""
@@ -83,6 +88,23 @@ def _count(
     return embed + layers * (attn + 2 * hidden) + mlp + hidden, experts
 
 
+def gpu_bytes_per_quantized_weight(cfg: dict[str, Any]) -> float | None:
+    """Bytes a linear weight takes on the GPU under the checkpoint's `quantization_config`, as the
+    runtime loads it (`radixserve.models.fp8_weights`), or None for the model's dtype: FP8 with
+    per-channel or per-tensor scales (compressed-tensors) stays FP8, 1 byte (plus a float32 scale
+    per output row, under 0.1%); block-scaled FP8 (`quant_method: fp8`) is dequantized at load,
+    so it takes the dtype's bytes; other methods the runtime refuses to load."""
+    qc = cfg.get("quantization_config") or {}
+    if qc.get("quant_method") != "compressed-tensors":
+        return None
+    groups = list((qc.get("config_groups") or {}).values())
+    weights = [g.get("weights") or {} for g in groups]
+    if weights and all(w.get("type") == "float" and w.get("num_bits") == 8
+                       and w.get("strategy") in ("channel", "tensor") for w in weights):
+        return 1.0
+    return None
+
+
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     """A `ModelShape` from a Hugging Face config.json (multimodal configs: their `text_config`)."""
     text = cfg.get("text_config") or cfg
@@ -102,8 +124,13 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     dtype = str(
         text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
     )
+    qbytes = gpu_bytes_per_quantized_weight(cfg)
+    vocab = text.get("vocab_size") or 32000
+    embed = vocab * hidden * (1 if text.get("tie_word_embeddings", False) else 2)
+    linear = params - embed - layers * 2 * hidden - hidden  # all but embeddings and norms
     return ModelShape(
-        params, heads, kv, layers, head_dim, dtype if dtype in DTYPE_BYTES else "bfloat16", experts
+        params, heads, kv, layers, head_dim, dtype if dtype in DTYPE_BYTES else "bfloat16", experts,
+        quantized_params=linear if qbytes is not None else 0, quantized_bytes=qbytes or 0.0,
     )
 
 

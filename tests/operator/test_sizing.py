@@ -328,3 +328,40 @@ def test_fp8_kv_cache_halves_the_kv_share_of_sizing(make_body, fetch) -> None:
         resolve_tp(parse_spec(make_body({"model": {"source": "Qwen/Qwen3-32B"},
                                          "parallelism": {"tensor": 1}, "gpu": {"memoryGiB": 80},
                                          "runtime": {"memoryRatio": 0.8}})), shape)
+
+
+LLAMA_8B = {  # Llama-3.1-8B's config.json (the fields sizing reads)
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+              "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}}}
+BLOCK_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+
+def test_fp8_weights_count_one_byte_and_ask_for_fewer_gpus(make_body) -> None:
+    """Llama-3.1-8B: 8.03B weights, of which 6.98B in the layers' linear projections (by hand:
+    32 x (4096 x 128 x 80 + 3 x 4096 x 14336)) and 1.05B in the two embeddings. bf16: 16.06 GB
+    (14.96 GiB); per-channel FP8: 6.98 + 2 x 1.05 = 9.08 GB (8.46 GiB). On 16 GiB GPUs at
+    memoryRatio 0.9 (14.4 GiB) with 2 GiB of KV (16,384 tokens), bf16 needs TP 2, FP8 fits one.
+    Block-scaled FP8 is dequantized at load by the runtime: it is sized as bf16."""
+    bf16 = shape_from_config(LLAMA_8B)
+    fp8 = shape_from_config({**LLAMA_8B, "quantization_config": CT_FP8})
+    block = shape_from_config({**LLAMA_8B, "quantization_config": BLOCK_FP8})
+    assert bf16.param_count == fp8.param_count == pytest.approx(8.03e9, rel=0.002)
+    assert bf16.weight_bytes() == pytest.approx(16.06e9, rel=0.002)
+    assert fp8.weight_bytes() == pytest.approx(9.08e9, rel=0.002)
+    assert block.weight_bytes() == bf16.weight_bytes()
+    assert fp8.weight_bytes("float32") == pytest.approx(6.98e9 + 4 * 1.05e9, rel=0.002)
+
+    def fake(repo: str, revision: str | None = None) -> dict:
+        return {"org/llama-8b": LLAMA_8B, "org/llama-8b-fp8": {**LLAMA_8B, "quantization_config": CT_FP8},
+                "org/llama-8b-block-fp8": {**LLAMA_8B, "quantization_config": BLOCK_FP8}}[repo]
+
+    tps = {}
+    for repo in ("org/llama-8b", "org/llama-8b-fp8", "org/llama-8b-block-fp8"):
+        spec = _spec(make_body, repo, "auto", 16, 0.9)
+        tps[repo] = resolve_tp(spec, resolve_shape(spec.model, fake))
+    assert tps == {"org/llama-8b": 2, "org/llama-8b-fp8": 1, "org/llama-8b-block-fp8": 2}
