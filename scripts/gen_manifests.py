@@ -39,6 +39,8 @@ KIND_ORDER = [
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "Service",
     "DaemonSet",
     "Deployment",

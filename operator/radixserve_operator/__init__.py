@@ -20,6 +20,10 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_VERSION = "app.kubernetes.io/version"
+# The part of an InferenceService a pod plays; the router's pods carry `router` (and the
+# resource's instance label): the server's NetworkPolicy lets them in.
+LABEL_RS_COMPONENT = f"{GROUP}/component"
+COMPONENT_ROUTER = "router"
 
 # On the Deployment (not its pod template, so writing them never restarts pods).
 ANNOTATION_GENERATION = f"{GROUP}/generation"

@@ -2,7 +2,10 @@
 
     radixserve-operator [--namespace NS ...] [--all-namespaces] [--liveness-port 8080]
                         [--peering NAME] [--priority N] [--default-image IMAGE]
-                        [--default-cpu-image IMAGE] [--prometheus-url URL] [--verbose]
+                        [--default-cpu-image IMAGE] [--prometheus-url URL]
+                        [--pod-security-level baseline|restricted]
+                        [--allowed-service-accounts A,B] [--allowed-secrets A,B]
+                        [--network-policy true|false] [--monitoring-namespace NS] [--verbose]
 
 Two replicas: give both the same `--peering NAME` (a KopfPeering object of that name must exist)
 and distinct priorities; the replica with the highest priority works, the other stands by."""
@@ -67,6 +70,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help=f"Prometheus for KEDA ScaledObjects (env {settings.ENV_PROMETHEUS_URL})",
     )
+    p.add_argument(
+        "--pod-security-level",
+        choices=settings.POD_SECURITY_LEVELS,
+        default=None,
+        help=f"Pod Security Standard every pod must meet (default baseline; env "
+        f"{settings.ENV_POD_SECURITY_LEVEL})",
+    )
+    p.add_argument(
+        "--allowed-service-accounts",
+        default=None,
+        help="comma-separated ServiceAccounts a resource may name besides default; * for any "
+        f"(env {settings.ENV_ALLOWED_SERVICE_ACCOUNTS})",
+    )
+    p.add_argument(
+        "--allowed-secrets",
+        default=None,
+        help="comma-separated Secrets a resource's pods may read besides its own fields' "
+        f"(env {settings.ENV_ALLOWED_SECRETS})",
+    )
+    p.add_argument(
+        "--network-policy",
+        choices=("true", "false"),
+        default=None,
+        help=f"a NetworkPolicy per InferenceService (default true; env {settings.ENV_NETWORK_POLICY})",
+    )
+    p.add_argument(
+        "--monitoring-namespace",
+        default=None,
+        help="namespace whose pods may scrape the servers ('' for none; default monitoring; env "
+        f"{settings.ENV_MONITORING_NAMESPACE})",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     args = p.parse_args(argv)
     if args.priority is None:
@@ -80,8 +114,13 @@ def export_settings(args: argparse.Namespace) -> None:
         (args.default_image, settings.ENV_IMAGE),
         (args.default_cpu_image, settings.ENV_CPU_IMAGE),
         (args.prometheus_url, settings.ENV_PROMETHEUS_URL),
+        (args.pod_security_level, settings.ENV_POD_SECURITY_LEVEL),
+        (args.allowed_service_accounts, settings.ENV_ALLOWED_SERVICE_ACCOUNTS),
+        (args.allowed_secrets, settings.ENV_ALLOWED_SECRETS),
+        (args.network_policy, settings.ENV_NETWORK_POLICY),
+        (args.monitoring_namespace, settings.ENV_MONITORING_NAMESPACE),
     ):
-        if value:
+        if value is not None:
             os.environ[name] = value
 
 
@@ -104,6 +143,11 @@ def kopf_options(args: argparse.Namespace) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     export_settings(args)
+    try:
+        settings.OperatorSettings.from_env()  # a bad setting fails here, not on every resource
+    except ValueError as e:
+        print(f"radixserve-operator: {e}", file=sys.stderr)
+        return 2
     import kopf
 
     import radixserve_operator.handlers  # noqa: F401 -- registers the kopf handlers

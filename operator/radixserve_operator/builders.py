@@ -3,8 +3,12 @@ Deployment; a StatefulSet when each replica has its own cache PVC) and the Servi
 No cluster access; owner references are added by the handlers.
 
 A hub model is downloaded by an init container (`radixserve download`, the same image, env and
-cache mount) before the server starts; the server then runs with HF_HUB_OFFLINE=1, so its startup
-window is spent loading, never downloading."""
+cache mount, and the hub token, which only it gets) before the server starts; the server then runs
+with HF_HUB_OFFLINE=1, so its startup window is spent loading, never downloading.
+
+Every pod meets the Pod Security Standard `restricted` (non-root, no privilege escalation, every
+capability dropped, the runtime's seccomp profile); what a resource adds is checked against the
+operator's level by `podsecurity` before anything is applied."""
 
 from __future__ import annotations
 
@@ -196,8 +200,7 @@ def _secret_env(name: str, ref: tuple[str, str]) -> dict[str, Any]:
 
 
 def _common_env(spec: ServiceSpec) -> list[dict[str, Any]]:
-    """What both the download init container and the server see: the cache, the revision and the
-    hub token."""
+    """What both the download init container and the server see: the cache and the revision."""
     env: list[dict[str, Any]] = [
         {"name": "RADIXSERVE_CACHE_DIR", "value": CACHE_DIR},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
@@ -205,8 +208,6 @@ def _common_env(spec: ServiceSpec) -> list[dict[str, Any]]:
     ]
     if spec.model.revision:
         env.append({"name": "RADIXSERVE_MODEL_REVISION", "value": spec.model.revision})
-    if spec.model.hf_token_secret:
-        env.append(_secret_env("HF_TOKEN", spec.model.hf_token_secret))
     return env
 
 
@@ -226,7 +227,11 @@ def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
 
 
 def _init_env(spec: ServiceSpec) -> list[dict[str, Any]]:
+    """NOTE: the hub token only here: the server runs offline, and a long-running process that
+    answers the network should not hold a credential it never uses."""
     env = _common_env(spec)
+    if spec.model.hf_token_secret:
+        env.append(_secret_env("HF_TOKEN", spec.model.hf_token_secret))
     if spec.cache.read_only:  # a claim filled beforehand: check it, fetch nothing
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     return merge_env(env, _user_env(spec))

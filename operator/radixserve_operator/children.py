@@ -1,7 +1,9 @@
 """Every object an InferenceService owns: the workload (a Deployment, or a StatefulSet for a PVC
-per replica) and the Service (`builders`), and the optional children its spec may ask for — a PodDisruptionBudget, and an autoscaler (an
-`autoscaling/v2` HPA or a KEDA ScaledObject) whose target is the InferenceService itself. Pure:
-no cluster access; owner references are added by the handlers."""
+per replica) and the Service (`builders`), the NetworkPolicy of its pods (`network`, unless the
+operator's settings turn it off), and the optional children its spec may ask for — a
+PodDisruptionBudget, and an autoscaler (an `autoscaling/v2` HPA or a KEDA ScaledObject) whose
+target is the InferenceService itself. Pure: no cluster access; owner references are added by the
+handlers."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from radixserve_operator.builders import (
     selector_labels,
     workload_kind,
 )
+from radixserve_operator.network import build_network_policy
+from radixserve_operator.settings import OperatorSettings
 from radixserve_operator.spec import ServiceSpec
 
 
@@ -124,12 +128,19 @@ OPTIONAL_KINDS = (
     ("policy/v1", "PodDisruptionBudget"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("keda.sh/v1alpha1", "ScaledObject"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),  # when the operator's settings turn it off
 )
 
 
-def build_all(spec: ServiceSpec, tp: int, generation: int) -> list[dict[str, Any]]:
-    """The workload and the Service, then the optional children the spec asks for."""
+def build_all(
+    spec: ServiceSpec, tp: int, generation: int, settings: OperatorSettings | None = None
+) -> list[dict[str, Any]]:
+    """The workload and the Service, then the NetworkPolicy and the optional children the spec
+    asks for. `settings`: the operator's (default: from its environment)."""
+    settings = settings or OperatorSettings.from_env()
     out = [build_workload(spec, tp, generation), build_service(spec)]
+    if settings.network_policy:
+        out.append(build_network_policy(spec, settings))
     if wants_disruption_budget(spec):
         out.append(build_disruption_budget(spec))
     if spec.autoscaling and spec.autoscaling.engine == "hpa":

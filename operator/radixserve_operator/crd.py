@@ -215,8 +215,8 @@ def _model() -> dict[str, Any]:
                     "key": _str(minLength=1, default="HF_TOKEN"),
                 },
                 required=["name"],
-                description="A Secret key set as HF_TOKEN in the download init container and the "
-                "server (gated or private hub models).",
+                description="A Secret key set as HF_TOKEN in the download init container only "
+                "(gated or private hub models); the server runs offline without it.",
             ),
         },
         default={},
@@ -469,6 +469,31 @@ def _pod_template_spec() -> dict[str, Any]:
     )
 
 
+def _network_policy() -> dict[str, Any]:
+    return _obj(
+        {
+            "ingressFrom": {
+                "type": "array",
+                "items": _free_object(
+                    "As a NetworkPolicyPeer: podSelector, namespaceSelector (both: those pods of "
+                    "those namespaces) or ipBlock."
+                ),
+                "description": "Who may reach the server port besides the resource's router and "
+                "the monitoring namespace. Default: the pods of the resource's namespace; [] "
+                "lets no one else in.",
+            },
+            "egress": {
+                "type": "array",
+                "items": _free_object("As a NetworkPolicyEgressRule: to, ports."),
+                "description": "Where the pods may connect (DNS is always allowed). Default: "
+                "anywhere (model downloads); set it to restrict egress.",
+            },
+        },
+        description="The NetworkPolicy the operator writes for the pods (unless its chart turns "
+        "NetworkPolicies off).",
+    )
+
+
 def _disruption_budget() -> dict[str, Any]:
     return _obj(
         {
@@ -584,6 +609,11 @@ def _spec() -> dict[str, Any]:
                         enum=["ClusterIP", "NodePort", "LoadBalancer"], default="ClusterIP"
                     ),
                     "port": _int(1, 65535, default=8000),
+                    "allowUnauthenticated": {
+                        "type": "boolean",
+                        "description": "A NodePort or LoadBalancer Service without apiKeySecretRef "
+                        "is refused unless this is true (then a Warning event says it is open).",
+                    },
                 },
                 default={},
             ),
@@ -616,6 +646,7 @@ def _spec() -> dict[str, Any]:
                 "(e.g. for a service mesh or a scraper), and a partial pod spec.",
             ),
             "env": _env_list(),
+            "networkPolicy": _network_policy(),
             "disruptionBudget": _disruption_budget(),
             "autoscaling": _autoscaling(),
         },

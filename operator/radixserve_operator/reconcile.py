@@ -34,6 +34,9 @@ from radixserve_operator.modelconfig import (
     fetch_config,
     resolve_shape,
 )
+from radixserve_operator.podsecurity import check_pod_template
+from radixserve_operator.references import check_references
+from radixserve_operator.settings import OperatorSettings
 from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
@@ -42,6 +45,7 @@ from radixserve_operator.status import (
     INVALID_SPEC,
     MODEL_CONFIG_UNAVAILABLE,
     READY,
+    RECONCILER_REASONS,
     blocked_status,
     compute_status,
     get_condition,
@@ -119,18 +123,33 @@ def _shape(spec: ServiceSpec, fetch: Fetch) -> tuple[ModelShape | None, str | No
         return None, str(e)
 
 
+def check_policy(
+    spec: ServiceSpec, objects: list[dict[str, Any]], settings: OperatorSettings
+) -> None:
+    """The pod the workload would run, against the operator's Pod Security level and allow-lists:
+    raises PodSecurityError or ReferenceNotAllowed (SpecErrors naming the pod's fields)."""
+    for obj in objects:
+        if obj["kind"] in WORKLOAD_KINDS:
+            template = obj["spec"]["template"]
+            check_pod_template(template, settings.pod_security_level)
+            check_references(template["spec"], spec, settings)
+
+
 def plan(
-    body: dict[str, Any], fetch: Fetch = fetch_config
+    body: dict[str, Any], fetch: Fetch = fetch_config, settings: OperatorSettings | None = None
 ) -> tuple[ServiceSpec, int, list[dict[str, Any]], str | None]:
     """The parsed spec, its TP size, the owned objects to apply and why the TP size could not be
-    checked against the model (None when it was). Raises SpecError, SizingError,
-    ModelConfigNotFound (invalid spec) or ModelConfigUnavailable (retry later)."""
+    checked against the model (None when it was). Raises SpecError (PodSecurityError and
+    ReferenceNotAllowed among them), SizingError, ModelConfigNotFound (invalid spec) or
+    ModelConfigUnavailable (retry later). `settings`: the operator's (default: its environment)."""
     import kopf
 
-    spec = parse_spec(body)
+    settings = settings or OperatorSettings.from_env()
+    spec = parse_spec(body, settings)
     shape, unchecked = _shape(spec, fetch)
     tp = resolve_tp(spec, shape)
-    objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1))
+    objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1), settings)
+    check_policy(spec, objects, settings)  # before anything is applied
     kopf.adopt(objects, owner=body)
     return spec, tp, objects, unchecked
 
@@ -154,7 +173,7 @@ def reconcile(
         _mark_blocked(client, body, message, MODEL_CONFIG_UNAVAILABLE)
         raise RetryLater(message) from None
     except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
-        _mark_blocked(client, body, str(e))
+        _mark_blocked(client, body, str(e), getattr(e, "reason", INVALID_SPEC))
         return None
     with _lock(spec.namespace, spec.name):
         return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
@@ -208,11 +227,21 @@ def _apply_plan(
             client.event(
                 body, "Warning", "TPUnchecked", f"TP {tp} not checked against the model: {unchecked}"
             )
+        if spec.exposed and spec.allow_unauthenticated and not spec.api_key_secret:
+            client.event(body, "Warning", "UnauthenticatedService", _open_service(spec))
         legacy = (body.get("spec") or {}).get("modelCache")
         if spec.cache.deprecated_field and legacy != LEGACY_DEFAULT_CACHE:
             client.event(body, "Warning", "DeprecatedField", _deprecation(legacy))
     refresh(client, spec.namespace, spec.name)
     return tp
+
+
+def _open_service(spec: ServiceSpec) -> str:
+    return (
+        f"Service {spec.name} is a {spec.service_type} without an API key "
+        "(spec.service.allowUnauthenticated): anyone who can reach it can use the model; set "
+        "spec.apiKeySecretRef to require a key"
+    )
 
 
 # What the API server stored in spec.modelCache of resources created before model.cache existed.
@@ -426,7 +455,7 @@ def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] 
     if is_ready(new) and not is_ready(old):
         client.event(resource, "Normal", "RolloutComplete", get_condition(new, READY)["message"])
     problem = problem_reason(new)
-    if problem and problem != problem_reason(old) and problem not in (INVALID_SPEC,):
+    if problem and problem != problem_reason(old) and problem not in RECONCILER_REASONS:
         client.event(resource, "Warning", problem, get_condition(new, READY)["message"])
     return new
 

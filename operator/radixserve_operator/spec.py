@@ -24,6 +24,9 @@ from radixserve_operator.settings import OperatorSettings
 DEFAULT_MODEL = "default"
 _PVC_SOURCE = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)/(.+)$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# --api-key and every prefix argparse would expand to it (--api, --api-k...), with or without =.
+API_KEY_FLAG = re.compile(r"^--a(p(i(-(k(ey?)?)?)?)?)?(=.*)?$")
+EXPOSED_SERVICE_TYPES = ("NodePort", "LoadBalancer")
 
 
 class SpecError(ValueError):
@@ -186,6 +189,14 @@ class AutoscalingSpec:
 
 
 @dataclass(frozen=True)
+class NetworkSpec:
+    """spec.networkPolicy: None where the resource leaves the operator's default."""
+
+    ingress_from: tuple[dict[str, Any], ...] | None = None  # NetworkPolicyPeers
+    egress: tuple[dict[str, Any], ...] | None = None  # NetworkPolicyEgressRules
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     name: str
     namespace: str
@@ -215,6 +226,13 @@ class ServiceSpec:
     pod_template: dict[str, Any] = field(default_factory=dict)  # spec.template.spec, as given
     disruption_budget: DisruptionBudgetSpec = DisruptionBudgetSpec(True, 1)
     autoscaling: AutoscalingSpec | None = None
+    allow_unauthenticated: bool = False  # spec.service.allowUnauthenticated
+    network: NetworkSpec = NetworkSpec()
+
+    @property
+    def exposed(self) -> bool:
+        """Reachable from outside the cluster (a NodePort or LoadBalancer Service)."""
+        return self.service_type in EXPOSED_SERVICE_TYPES
 
     @property
     def may_run_replicas(self) -> int:
@@ -274,6 +292,8 @@ def _check(raw: dict[str, Any]) -> None:
     if repeated:
         raise SpecError(f"spec.env: each name once, repeated: {', '.join(map(str, repeated))}")
     _check_template(raw)
+    _check_key_in_clear(raw)
+    _check_exposure(raw)
     _check_autoscaling(raw.get("autoscaling"))
     rt = raw["runtime"]
     if not 0.0 < rt["memoryRatio"] <= 1.0:
@@ -346,6 +366,41 @@ def _check_template(raw: dict[str, Any]) -> None:
         raise SpecError(
             f"spec.template.spec.container.resources: the GPU count is the operator's "
             f"(parallelism.tensor): remove {gpu}"
+        )
+
+
+def _check_key_in_clear(raw: dict[str, Any]) -> None:
+    """The API key only from a Secret: a flag or a literal env value would show it to everyone
+    who may read the pod spec (and in `ps`)."""
+    for i, arg in enumerate(raw["runtime"].get("extraArgs") or ()):
+        if API_KEY_FLAG.match(str(arg)):
+            raise SpecError(
+                f"spec.runtime.extraArgs[{i}]: {str(arg).split('=', 1)[0]} would put the API key "
+                "in the pod spec in clear: put it in a Secret and name it in spec.apiKeySecretRef"
+            )
+    container = ((raw.get("template") or {}).get("spec") or {}).get("container") or {}
+    template_env = ("spec.template.spec.container.env", container.get("env"))
+    lists = (("spec.env", raw.get("env")), template_env)
+    for where, env in lists:
+        for i, e in enumerate(env or ()):
+            if e.get("name") == "RADIXSERVE_API_KEY" and "value" in e:
+                raise SpecError(
+                    f"{where}[{i}]: RADIXSERVE_API_KEY as a literal value is the API key in clear: "
+                    "put it in a Secret and name it in spec.apiKeySecretRef"
+                )
+
+
+def _check_exposure(raw: dict[str, Any]) -> None:
+    service = raw["service"]
+    if (
+        service["type"] in EXPOSED_SERVICE_TYPES
+        and not raw.get("apiKeySecretRef")
+        and not service.get("allowUnauthenticated")
+    ):
+        raise SpecError(
+            f"spec.service.type {service['type']} exposes the server outside the cluster without "
+            "an API key: set spec.apiKeySecretRef, or spec.service.allowUnauthenticated: true to "
+            "serve anyone who can reach it"
         )
 
 
@@ -452,4 +507,15 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
             raw["disruptionBudget"]["enabled"], raw["disruptionBudget"]["maxUnavailable"]
         ),
         autoscaling=_autoscaling(raw.get("autoscaling"), settings),
+        allow_unauthenticated=bool(raw["service"].get("allowUnauthenticated", False)),
+        network=_network(raw.get("networkPolicy")),
+    )
+
+
+def _network(raw: dict[str, Any] | None) -> NetworkSpec:
+    raw = raw or {}
+    peers, egress = raw.get("ingressFrom"), raw.get("egress")
+    return NetworkSpec(
+        tuple(copy.deepcopy(peers)) if peers is not None else None,
+        tuple(copy.deepcopy(egress)) if egress is not None else None,
     )

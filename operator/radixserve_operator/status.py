@@ -16,9 +16,16 @@ AUTOSCALING = "Autoscaling"
 CACHE_SHARED_RWO = "CacheSharedReadWriteOnce"
 INVALID_SPEC = "InvalidSpec"
 MODEL_CONFIG_UNAVAILABLE = "ModelConfigUnavailable"
+POD_SECURITY_VIOLATION = "PodSecurityViolation"  # podsecurity.PodSecurityError
+REFERENCE_NOT_ALLOWED = "ReferenceNotAllowed"  # references.ReferenceNotAllowed
 # Verdicts the reconciler writes (not computed from the children): they stand for their
 # generation until a Deployment carrying that generation exists.
-RECONCILER_REASONS = (INVALID_SPEC, MODEL_CONFIG_UNAVAILABLE)
+RECONCILER_REASONS = (
+    INVALID_SPEC,
+    MODEL_CONFIG_UNAVAILABLE,
+    POD_SECURITY_VIOLATION,
+    REFERENCE_NOT_ALLOWED,
+)
 INSUFFICIENT_GPU = "InsufficientGPU"
 # Container states (waiting reasons) that no amount of waiting fixes without a change.
 BAD_CONTAINER_STATES = (

@@ -27,6 +27,8 @@ WORKLOAD_ACCESS = {
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "create", "patch", "delete"},
     ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
+    # the pods' NetworkPolicy, deleted (its own only) when the operator's settings turn it off
+    ("networking.k8s.io", "networkpolicies"): {"get", "create", "patch", "delete"},
 }
 # The only objects the operator ever deletes (its own, when the spec no longer asks for them).
 DELETABLE = {
@@ -35,6 +37,7 @@ DELETABLE = {
     ("policy", "poddisruptionbudgets"),
     ("autoscaling", "horizontalpodautoscalers"),
     ("keda.sh", "scaledobjects"),
+    ("networking.k8s.io", "networkpolicies"),
 }
 NODE_READ = {("", "nodes"): {"list"}}
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}

@@ -12,6 +12,13 @@ import yaml
 from tests.deploy.support import CHART_DIR, CRD_FILE, K8S_VERSION, REPO, of_kind, one
 
 MANIFESTS = REPO / "manifests"
+CLUSTER_SCOPED = (
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 needs_crd = pytest.mark.skipif(not CRD_FILE.exists(), reason=f"{CRD_FILE.name} not generated yet")
 
 
@@ -64,7 +71,7 @@ def test_operator_manifest_is_a_complete_valid_install() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         labels = obj["metadata"]["labels"]
         assert "helm.sh/chart" not in labels and labels["app.kubernetes.io/managed-by"] == "kubectl"
-        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == ns, obj["kind"]
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     dep = one(objects, "Deployment")

@@ -225,7 +225,8 @@ def _build(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     body = make_body(spec)
     _, _, objects, _ = plan(body, fetch)
-    deployment, service = objects
+    deployment, service, network_policy = objects
+    assert network_policy["kind"] == "NetworkPolicy"
     return body, deployment, service
 
 
@@ -404,6 +405,7 @@ def test_probe_overrides_and_service(make_body, fetch) -> None:
             "liveness": {"timeoutSeconds": 9},
         },
         "service": {"type": "LoadBalancer", "port": 80},
+        "apiKeySecretRef": {"name": "llm-key"},  # exposed: a key is required
     }
     _, deployment, service = _build(make_body, fetch, spec)
     c = _container(deployment)
@@ -416,7 +418,7 @@ def test_probe_overrides_and_service(make_body, fetch) -> None:
 
 def test_generation_and_tp_recorded_on_deployment_not_pods(make_body, fetch) -> None:
     body = make_body({"parallelism": {"tensor": 1}}, generation=7)
-    _, _, (deployment, _), _ = plan(body, fetch)
+    _, _, (deployment, *_), _ = plan(body, fetch)
     notes = deployment["metadata"]["annotations"]
     assert (notes["radixserve.dev/generation"], notes["radixserve.dev/tensor-parallel-size"]) == (
         "7",

@@ -92,6 +92,7 @@ def test_create_rollout_update_rollout(cluster, memo, make_body) -> None:
         ("InferenceService", "serving", "llm"),
         ("Deployment", "serving", "llm"),
         ("Service", "serving", "llm"),
+        ("NetworkPolicy", "serving", "llm"),
         ("PodDisruptionBudget", "serving", "llm"),  # two replicas
     }
     assert cluster.deployment()["metadata"]["ownerReferences"][0]["uid"] == "uid-llm"

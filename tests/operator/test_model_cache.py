@@ -173,12 +173,13 @@ def test_init_container_downloads_with_the_servers_image_env_and_mounts(
     assert init["args"] == ["download", "Qwen/Qwen3-0.6B", "--revision", "v2"]
     token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
     ienv, senv = _env(init), _env(server)
-    for env in (ienv, senv):  # the same cache, revision, token and user env in both
+    for env in (ienv, senv):  # the same cache, revision and user env in both
         assert env["RADIXSERVE_CACHE_DIR"] == CACHE_DIR
         assert env["HF_HOME"] == f"{CACHE_DIR}/huggingface"
         assert env["RADIXSERVE_MODEL_REVISION"] == "v2"
-        assert env["HF_TOKEN"] == token
         assert env["HF_ENDPOINT"] == "http://mirror:8080" and env["HTTPS_PROXY"] == "http://p:3128"
+    # the hub token only where the download runs: the server runs offline
+    assert ienv["HF_TOKEN"] == token and "HF_TOKEN" not in senv
     assert senv["HF_HUB_OFFLINE"] == "1" and "HF_HUB_OFFLINE" not in ienv
     assert "RADIXSERVE_API_KEY" not in ienv and "RADIXSERVE_STARTUP_TIMEOUT" not in ienv
     assert init["volumeMounts"] == server["volumeMounts"]
@@ -240,6 +241,7 @@ def test_pvc_per_replica_is_a_statefulset_with_a_claim_template(
     assert set(objects) == {
         "StatefulSet",
         "Service",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",
     }

@@ -50,7 +50,12 @@ def _pod(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return objects["Deployment"]["spec"]["template"]["spec"]
 
 
-def test_template_merges_over_the_operators_pod(make_body, fetch, validate_k8s) -> None:
+def test_template_merges_over_the_operators_pod(
+    make_body, fetch, validate_k8s, monkeypatch
+) -> None:
+    # the template's ServiceAccount and Secret volume, allowed by the operator's settings
+    monkeypatch.setenv("RADIXSERVE_ALLOWED_SERVICE_ACCOUNTS", "llm")
+    monkeypatch.setenv("RADIXSERVE_ALLOWED_SECRETS", "ca")
     spec = {
         "model": {"source": "Qwen/Qwen3-0.6B"},
         "parallelism": {"tensor": 2},

@@ -2,8 +2,8 @@
 Rules for the namespaced objects the operator reconciles (docs/operator.md, "API access"): granted
 cluster-wide (ClusterRole) in cluster scope, or per watched namespace (Role) in namespaced scope.
 The workload and Service go with their owner through garbage collection; the optional children
-(PodDisruptionBudget, HorizontalPodAutoscaler, KEDA ScaledObject, and the workload kind the cache
-mode no longer uses: a Deployment, or a StatefulSet for a PVC per replica) are deleted by the
+(PodDisruptionBudget, HorizontalPodAutoscaler, KEDA ScaledObject, NetworkPolicy, and the workload
+kind the cache mode no longer uses: a Deployment, or a StatefulSet for a PVC per replica) are deleted by the
 operator when the spec stops asking for them (get: it checks the owner reference first).
 */}}
 {{- define "radixserve.workloadRules" -}}
@@ -44,6 +44,11 @@ operator when the spec stops asking for them (get: it checks the owner reference
   verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
+  verbs: ["get", "create", "patch", "delete"]
+# The NetworkPolicy of each InferenceService's pods; deleted (its own only) when the chart's
+# networkPolicy.enabled turns it off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 
