@@ -55,7 +55,11 @@ def test_no_narration_of_past_work() -> None:
         "\n".join(hits)
 
 
-@pytest.mark.parametrize("line", [
+def _ids(lines: list[str]) -> list[str]:
+    return [f"line{i}" for i in range(len(lines))]  # the lines themselves would be narration
+
+
+CAUGHT = [
     "as measured in the tenth session (docs/benchmarks.md)",
     "the session's device time was spent",
     "Schemathesis against the spec (issue 19): a bounded run",
@@ -65,12 +69,15 @@ def test_no_narration_of_past_work() -> None:
     "at 06:28 UTC",
     "# the default since 2026-12-01; kept for old commands",
     "Split-K, tried and dropped",
-])
+]
+
+
+@pytest.mark.parametrize("line", CAUGHT, ids=_ids(CAUGHT))
 def test_narration_is_caught(line: str) -> None:
     assert narration(line), line
 
 
-@pytest.mark.parametrize("line", [
+PASSED = [
     '@pytest.fixture(scope="session")',
     "    session: PromptSession = PromptSession()",
     '            line = session.prompt("you> ").strip()',
@@ -80,6 +87,9 @@ def test_narration_is_caught(line: str) -> None:
     '"rope_theta": 1000000.0,',
     "`radixserve bench offline --repeat 3`",
     "expected e.g. 14800000000 or 14.8B",
-])
+]
+
+
+@pytest.mark.parametrize("line", PASSED, ids=_ids(PASSED))
 def test_present_tense_and_code_pass(line: str) -> None:
     assert not narration(line), line
