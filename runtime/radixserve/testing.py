@@ -225,6 +225,9 @@ def random_hf_weights(cfg: Any, seed: int) -> dict[str, torch.Tensor]:
         w["model.embed_tokens.weight"] *= _LOGIT_GAIN / h**0.5 / _TIED_SHRINK
         w["model.norm.weight"] *= _TIED_SHRINK
     if cfg.model_type == "gemma3_text":  # Gemma's norms scale by (1 + weight)
+        # its blocks' outputs pass a norm: give those the gain o_proj and down_proj have elsewhere
+        post = ("post_attention_layernorm", "post_feedforward_layernorm")
+        w = {k: t * (_BLOCK_OUT_GAIN if any(p in k for p in post) else 1.0) for k, t in w.items()}
         w = {k: t - 1.0 if "norm" in k else t for k, t in w.items()}
     return w
 

@@ -25,10 +25,22 @@ class AttnConfig:
     page_table: torch.Tensor  # [max_running_reqs, max_seq_len] int32 KV slot of each token
     device: torch.device
     dtype: torch.dtype
+    # Each layer's sliding window W (a query at position p attends to the keys at p-W+1..p), None
+    # for full attention; () when no layer has one. NOTE: the KV pool keeps every token's k/v in
+    # every layer, windowed or not, and a backend masks the keys a window leaves out; so a cached
+    # prefix (radix cache) holds all a later request needs, for full and windowed layers alike.
+    windows: tuple[int | None, ...] = ()
 
     @property
     def scale(self) -> float:
         return self.head_dim**-0.5
+
+    def window(self, layer_id: int) -> int | None:
+        return self.windows[layer_id] if self.windows else None
+
+    @property
+    def has_windows(self) -> bool:
+        return any(w is not None for w in self.windows)
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -36,8 +48,17 @@ class AttnConfig:
 
 
 class BaseAttnBackend(ABC):
+    supports_sliding_window = False  # whether `attend` masks keys outside `cfg.windows`
+
     def __init__(self, cfg: AttnConfig) -> None:
         self.cfg = cfg
+        if cfg.has_windows and not self.supports_sliding_window:
+            windows = sorted({w for w in cfg.windows if w is not None})
+            raise ValueError(
+                f"attention backend {type(self).__name__} does not implement sliding-window "
+                f"attention, which this model's layers use (windows of {windows} tokens); "
+                "use --attn torch"
+            )
         if not self.reads_kv_dtype(cfg.kv_dtype):
             raise ValueError(
                 f"attention backend {type(self).__name__} cannot read a {cfg.kv_dtype} KV cache "

@@ -141,6 +141,8 @@ def _auto(device_type: str, cfg: AttnConfig | None = None,
     would need an nvcc that is not there (a runtime image without flashinfer-jit-cache), rather
     than fail at warm-up."""
     found = available_backends(device_type)
+    if cfg is not None and cfg.has_windows:  # the GPU backends have no sliding windows yet
+        return "torch", "torch", "the model has sliding-window layers"
     kv_dtype = cfg.kv_dtype if cfg is not None else kv_dtype
     why = None
     if "flashinfer" in found:
@@ -169,7 +171,8 @@ def create_attn_backend(spec: str, cfg: AttnConfig) -> BaseAttnBackend:
     if spec == "auto":
         prefill, decode, why = _auto(cfg.device.type, cfg)
         if why:
-            logger.info("attention auto: %s prefill, not FlashInfer: %s", prefill, why)
+            logger.info("attention auto: %s prefill, not FlashInfer/Triton: %s" if prefill == "torch"
+                        else "attention auto: %s prefill, not FlashInfer: %s", prefill, why)
     else:
         prefill, decode = resolve_attn_spec(spec, cfg.device.type)
     if prefill == decode:

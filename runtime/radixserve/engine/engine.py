@@ -123,6 +123,7 @@ class Engine:
             num_qo_heads=hc.num_attention_heads // tp.size, num_kv_heads=kv_heads,
             head_dim=head_dim, page_size=cfg.page_size, kv_pool=self.kv_pool,
             page_table=self.table.page_table, device=self.device, dtype=self.dtype,
+            windows=self._sliding_windows(),
         )
         self.attn_backend = create_attn_backend(cfg.attn, self.attn_cfg)
         t2 = time.perf_counter()
@@ -146,6 +147,12 @@ class Engine:
             time.perf_counter() - t0, self.model_path, self.device, self.dtype, self.num_pages,
             cfg.page_size, type(self.attn_backend).__name__,
         )
+
+    def _sliding_windows(self) -> tuple[int | None, ...]:
+        """The model's sliding windows; a window as long as the context is full attention."""
+        windows = tuple(None if w is None or w >= self.max_seq_len else w
+                        for w in self.model.sliding_windows())
+        return windows if any(w is not None for w in windows) else ()
 
     def _kv_scales(self, num_layers: int) -> KVScales:
         """An FP8 cache's scales: the checkpoint's when it has them (random weights have none)."""
