@@ -52,3 +52,35 @@ def test_replicas_get_distinct_priorities(monkeypatch) -> None:
     assert len(seen) == 2
     monkeypatch.setenv("RADIXSERVE_OPERATOR_PRIORITY", "42")
     assert parse_args([]).priority == 42
+
+
+def test_least_privilege_flags_become_settings(monkeypatch) -> None:
+    from radixserve_operator.__main__ import export_settings
+    from radixserve_operator.settings import OperatorSettings
+
+    for name in ("POD_SECURITY_LEVEL", "ALLOWED_SERVICE_ACCOUNTS", "ALLOWED_SECRETS",
+                 "NETWORK_POLICY", "MONITORING_NAMESPACE"):  # fmt: skip
+        monkeypatch.setenv(f"RADIXSERVE_{name}", "")  # restored after the test
+    export_settings(
+        parse_args(
+            ["--pod-security-level", "restricted", "--allowed-service-accounts", "llm",
+             "--allowed-secrets", "a,b", "--network-policy", "false", "--monitoring-namespace", ""]
+        )
+    )  # fmt: skip
+    s = OperatorSettings.from_env()
+    assert (s.pod_security_level, s.allowed_service_accounts, s.allowed_secrets) == (
+        "restricted",
+        ("llm",),
+        ("a", "b"),
+    )
+    assert s.network_policy is False and s.monitoring_namespace == ""
+    with pytest.raises(SystemExit):
+        parse_args(["--pod-security-level", "privileged"])
+
+
+def test_a_bad_setting_stops_the_operator_before_it_starts(monkeypatch, capsys) -> None:
+    from radixserve_operator.__main__ import main
+
+    monkeypatch.setenv("RADIXSERVE_POD_SECURITY_LEVEL", "privileged")
+    assert main(["--liveness-port", "0"]) == 2
+    assert "baseline, restricted" in capsys.readouterr().err
