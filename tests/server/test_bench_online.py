@@ -8,11 +8,12 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
 from radixserve.bench.online import arrival_offsets, report, run_online
-from radixserve.bench.workload import BenchRequest, random_workload
+from radixserve.bench.workload import BenchRequest, random_workload, text_workload
 from radixserve.cli import main
 from tests.server.server_process import API_KEY, free_port
 
@@ -125,3 +126,28 @@ def test_cli_exits_nonzero_with_a_clear_message(server) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     unreachable = _cli("--base-url", url)
     assert unreachable.returncode != 0 and f"cannot reach the server at {url}" in unreachable.stderr
+
+
+def test_text_prompts_of_shared_system_prompts_hit_the_prefix_cache(server, tiny_tokenizer) -> None:
+    """The text workload (what a router that refuses token ids gets): each request after its
+    tenant's first finds the tenant's system prompt in the radix cache (sent one at a time)."""
+    reqs = text_workload(6, (2, 4), (2, 2), seed=3, num_prefixes=2, prefix_words=30)
+    heads = {r.text.split("\n")[0] + "\n" for r in reqs}
+    assert len(heads) == 2 and all(r.text.count("\n") == 1 and not r.input_ids for r in reqs)
+    head_tokens = min(len(tiny_tokenizer(h, add_special_tokens=False).input_ids) for h in heads)
+    before = server.metrics()["radixserve_prefix_cache_hit_tokens_total"]
+    results, _ = _run(server, reqs, rate=float("inf"), concurrency=1)
+    assert all(r.ok and r.output_tokens == 2 for r in results), [r.error for r in results]
+    for r, q in zip(results, reqs):  # the server tokenized the text: usage counts its tokens
+        assert r.prompt_tokens == len(tiny_tokenizer(q.text).input_ids)
+    time.sleep(0.6)  # the hit counter comes with the scheduler's next stats (every 0.25 s)
+    hits = server.metrics()["radixserve_prefix_cache_hit_tokens_total"] - before
+    assert hits >= (len(reqs) - len(heads)) * (head_tokens - 1)
+
+
+def test_cli_sends_shared_prefix_text_prompts(server, capsys) -> None:
+    args = ["bench", "online", "--base-url", server.base, "--api-key", API_KEY, "--num-prompts", "4",
+            "--input-len", "2", "4", "--output-len", "2", "2", "--shared-prefix", "2", "20"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "text prompts (2 system prompts of 20 words, then) input (2, 4)" in out and "4/4 (0 failed)" in out

@@ -99,7 +99,8 @@ async def _stream_into(res: RequestResult, client: httpx.AsyncClient, url: str, 
 
 async def one_request(client: httpx.AsyncClient, url: str, model: str, req: BenchRequest,
                       scheduled_at: float, t0: float) -> RequestResult:
-    body = {"model": model, "prompt": req.input_ids, "max_tokens": req.output_len, "stream": True,
+    prompt = req.text if req.text is not None else req.input_ids
+    body = {"model": model, "prompt": prompt, "max_tokens": req.output_len, "stream": True,
             "ignore_eos": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
     res = RequestResult(scheduled_at, req.output_len)
     start = time.perf_counter()

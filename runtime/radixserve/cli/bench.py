@@ -77,6 +77,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="requests/s (inf: all at once); several rates run in turn, same requests")
     on.add_argument("--max-concurrency", type=int, default=256)
     on.add_argument("--vocab-size", type=int, default=32000, help="token ids are drawn below this")
+    on.add_argument("--text-prompts", action="store_true",
+                    help="send text prompts (--input-len counts words) instead of token ids: what a "
+                         "router in front of the servers (the SGLang model gateway) accepts")
+    on.add_argument("--shared-prefix", type=int, nargs=2, default=None, metavar=("NUM", "WORDS"),
+                    help="multi-tenant text prompts: each starts with one of NUM system prompts of "
+                         "WORDS words (implies --text-prompts); what a cache-aware router serves well")
     on.add_argument("--seed", type=int, default=0, help="seeds the prompts and the arrival times")
     on.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
@@ -224,17 +230,23 @@ def run_online_cli(args: argparse.Namespace) -> int:
     import asyncio
 
     from radixserve.bench.online import report, run_online
-    from radixserve.bench.workload import random_workload
+    from radixserve.bench.workload import random_workload, text_workload
 
     if not all(r > 0 for r in args.request_rate) or args.max_concurrency < 1 or args.num_prompts < 1:
         raise SystemExit("bench online: --request-rate must be > 0, "
                          "--max-concurrency and --num-prompts at least 1")
     model = _served_model(args.base_url, args.served_model, args.api_key)
     in_rng, out_rng = tuple(args.input_len), tuple(args.output_len)
-    reqs = random_workload(args.num_prompts, in_rng, out_rng, args.vocab_size, args.seed)
+    if args.text_prompts or args.shared_prefix:
+        num, words = args.shared_prefix or (0, 0)
+        reqs = text_workload(args.num_prompts, in_rng, out_rng, args.seed, num, words)
+        kind = f"text prompts ({num} system prompts of {words} words, then)" if num else "text prompts"
+    else:
+        reqs = random_workload(args.num_prompts, in_rng, out_rng, args.vocab_size, args.seed)
+        kind = "token-id prompts"
     ok = True
     for rate in args.request_rate:
-        print(f"online: {args.num_prompts} requests, input {in_rng}, output {out_rng}, rate "
+        print(f"online: {args.num_prompts} requests, {kind} input {in_rng}, output {out_rng}, rate "
               f"{rate}/s, max concurrency {args.max_concurrency}, seed {args.seed}, "
               f"ignore_eos; {args.base_url} ({model})", flush=True)
         results, secs = asyncio.run(run_online(args.base_url, model, reqs, rate,
