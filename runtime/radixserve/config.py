@@ -11,6 +11,13 @@ from radixserve import settings
 # NOTE: spelled out here (as in `radixserve.kvcache.kv_dtype`) so importing the config needs no torch
 KV_CACHE_DTYPE_CHOICES = ("auto", "bfloat16", "float16", "fp8_e4m3")
 
+# Tokens per prefill batch (the prefill chunk) unless `--max-prefill-length` says otherwise. On a
+# GPU 8,192 (measured on the H200, docs/benchmarks.md). On CPU a step's cost grows with its tokens
+# and every running stream waits for the whole step, so a long prompt goes in chunks of 512 and
+# the streams beside it get a token every step.
+GPU_PREFILL_LENGTH = 8192
+CPU_PREFILL_LENGTH = 512
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -69,7 +76,8 @@ class EngineConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     cache: str = "radix"  # radix | naive
-    max_prefill_length: int = 8192  # tokens per prefill batch (chunked prefill bound)
+    # tokens per prefill batch (chunked prefill bound); None: by device (`prefill_length`)
+    max_prefill_length: int | None = None
     max_running_requests: int = 256
     # NOTE: a factory, so the environment is read when a config is made (a test, the CLI or a
     # parent may set it after import); `--disable-overlap` sets it False explicitly
@@ -79,12 +87,19 @@ class SchedulerConfig:
     mixed_chunk: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_prefill_length < 1:
+        if self.max_prefill_length is not None and self.max_prefill_length < 1:
             raise ValueError(f"max_prefill_length must be positive, got {self.max_prefill_length}")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests must be positive, got {self.max_running_requests}"
             )
+
+    def prefill_length(self, device_type: str) -> int:
+        """Tokens per prefill batch on a `device_type` device: `max_prefill_length` when given,
+        else that device's default."""
+        if self.max_prefill_length is not None:
+            return self.max_prefill_length
+        return GPU_PREFILL_LENGTH if device_type == "cuda" else CPU_PREFILL_LENGTH
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,13 @@ class ServerConfig:
     reasoning_parser: str | None = None  # qwen3 | deepseek_r1: thinking as `reasoning_content`
     chat_template: str | None = None  # a template's text, in place of the checkpoint's
     sampling_defaults: str = "model"  # model: generation_config.json's for unset fields | openai
+    # transport limits (docs/api.md): a connection's header block, the idle time between requests,
+    # a request's body (bytes, and seconds without a byte of it), connections at once
+    header_timeout: float = 5.0
+    keep_alive_timeout: float = 5.0
+    max_request_body_bytes: int = 32 << 20
+    body_timeout: float = 30.0
+    max_connections: int = 1024
 
 
 def add_chat_template_arg(p: argparse.ArgumentParser) -> None:
@@ -135,7 +157,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="dummy: random weights of the checkpoint's shapes, none read (benchmarks "
                         "from a config and tokenizer alone)")
     p.add_argument("--cache", default="radix", choices=["radix", "naive"], help="prefix cache")
-    p.add_argument("--max-prefill-length", type=int, default=8192)
+    p.add_argument("--max-prefill-length", type=int, default=None,
+                   help=f"tokens per prefill batch: a longer prompt is prefilled in chunks "
+                        f"(default {GPU_PREFILL_LENGTH} on a GPU, {CPU_PREFILL_LENGTH} on CPU)")
     p.add_argument("--max-running-requests", type=int, default=256)
     p.add_argument("--disable-overlap", action="store_true",
                    help="schedule the next batch only after the last one's tokens are read "

@@ -70,7 +70,7 @@ def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
 class LLM:
     def __init__(
         self, model: str | None = None, *, dtype: str = "auto", device: str = "auto",
-        page_size: int = 1, cache: str = "radix", max_prefill_length: int = 8192,
+        page_size: int = 1, cache: str = "radix", max_prefill_length: int | None = None,
         max_running_requests: int = 256, chat_template_kwargs: dict | None = None,
         chat_template: str | None = None, **more: object,
     ) -> None:

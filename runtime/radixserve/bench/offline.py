@@ -70,7 +70,7 @@ def describe(sched: Scheduler) -> str:
             f"graphs {'on' if eng.graph_runner else 'off'}, {_prefill_graphs(eng)}, "
             f"overlap {'on' if sched.overlap else 'off'}, "
             f"mixed chunk {'on' if sched.cfg.mixed_chunk else 'off'}, "
-            f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.cfg.max_prefill_length}")
+            f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.prefill_length}")
 
 
 def bench_config(

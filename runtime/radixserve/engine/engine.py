@@ -10,7 +10,7 @@ import torch
 
 from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
-from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.batch import Batch
 from radixserve.engine.context import forward_batch
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 # 8k-token steps the GPU sat idle half the time behind a slow host, which graphs to 8,192 tokens
 # take from 35-38 to 20-24 ms a step. So the default covers the default
 # prefill chunk; larger batches stay eager unless asked for.
-DEFAULT_PREFILL_GRAPH_TOKENS = SchedulerConfig.max_prefill_length
+DEFAULT_PREFILL_GRAPH_TOKENS = GPU_PREFILL_LENGTH
 
 
 def prefill_graph_tokens(asked: int | None, max_prefill_length: int) -> int:
@@ -61,7 +61,7 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
-                 max_prefill_length: int = 8192) -> None:
+                 max_prefill_length: int = GPU_PREFILL_LENGTH) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise)."""
         from transformers import AutoConfig

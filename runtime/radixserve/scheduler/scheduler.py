@@ -38,6 +38,7 @@ import torch
 
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.constrained.manager import GrammarManager
+from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
@@ -61,7 +62,9 @@ _IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long f
 class Scheduler:
     def __init__(self, engine: EngineConfig, sched: SchedulerConfig) -> None:
         self.cfg = sched
-        self.engine = Engine(engine, sched.max_running_requests, sched.max_prefill_length)
+        # tokens per prefill batch: what was asked, else the device's default (`config.py`)
+        self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length)
         self.device = self.engine.device
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
@@ -221,7 +224,7 @@ class Scheduler:
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
         decoding = [r for r in self.running if r.prefill_done]
-        budget = self.cfg.max_prefill_length
+        budget = self.prefill_length
         if self.cfg.mixed_chunk:  # the decode tokens ride in the prefill batch's token budget
             budget -= len(decoding)
         prefill = self.adder.schedule(self.running, self.waiting, budget) if budget > 0 else []
