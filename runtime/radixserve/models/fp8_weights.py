@@ -5,10 +5,10 @@ sharding stays theirs:
 - dequantized (`Fp8Dequant`): a lazy `fp8 * scale` whose `narrow` keeps the scale blocks (block
   scales), rows (per-channel) or scalar (per-tensor) of the slice a rank takes, so a rank reads
   only its shard and never a neighbour's scale. The CPU path, and block scales on CUDA.
-- kept in FP8 (`keep_fp8_layers`, on CUDA): a linear layer whose checkpoint weight has per-channel or per-tensor
-  scales stores the FP8 bytes and one float32 scale per output row (`weight_scale`, sharded like a
-  bias: a per-tensor scale is repeated over its rows, so a fused QKV keeps q, k and v's own), and
-  runs `torch._scaled_mm` (`layers/fp8_linear.py`)."""
+- kept in FP8 (`keep_fp8_layers`, on CUDA): a linear layer whose checkpoint weight has
+  per-channel or per-tensor scales stores the FP8 bytes and one float32 scale per output row
+  (`weight_scale`, sharded like a bias: a per-tensor scale is repeated over its rows, so a fused
+  QKV keeps q, k and v's own), and runs `torch._scaled_mm` (`layers/fp8_linear.py`)."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def keep_fp8_layers(model: nn.Module, names: WeightNameMap, scales: dict[str, to
 
 def fp8_weights(
     files: Iterable[tuple[str, LazyWeight]], scales: dict[str, torch.Tensor], scheme: Fp8Scheme,
-    kept: set[str] = frozenset(),  # type: ignore[assignment]
+    kept: set[str] | frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, torch.Tensor | LazyWeight | Fp8Dequant]]:
     """The checkpoint's tensors as the model's loaders take them: every FP8 weight paired with its
     scale, dequantized, or for the `kept` names (`keep_fp8_layers`) as stored, followed by a

@@ -8,8 +8,8 @@ from typing import Any
 
 SUPPORTED = (
     "fp8 (Hugging Face FP8: weight_block_size block scales in weight_scale_inv, e4m3)",
-    "compressed-tensors (8-bit float weights, per-channel, per-tensor or block weight_scale; "
-    "static or dynamic activation scales)",
+    ("compressed-tensors (8-bit float weights, per-channel, per-tensor or block weight_scale; "
+     "static or dynamic activation scales)"),
 )
 
 
