@@ -126,13 +126,16 @@ def _shape(spec: ServiceSpec, fetch: Fetch) -> tuple[ModelShape | None, str | No
 def check_policy(
     spec: ServiceSpec, objects: list[dict[str, Any]], settings: OperatorSettings
 ) -> None:
-    """The pod the workload would run, against the operator's Pod Security level and allow-lists:
-    raises PodSecurityError or ReferenceNotAllowed (SpecErrors naming the pod's fields)."""
+    """Every pod the objects would run, against the operator's Pod Security level; the server's,
+    which carries what the resource asks for, against the allow-lists too (another workload's
+    ServiceAccount, the router's, is the operator's own). Raises PodSecurityError or
+    ReferenceNotAllowed (SpecErrors naming the pod's fields)."""
     for obj in objects:
         if obj["kind"] in WORKLOAD_KINDS:
             template = obj["spec"]["template"]
             check_pod_template(template, settings.pod_security_level)
-            check_references(template["spec"], spec, settings)
+            if obj["metadata"]["name"] == spec.name:
+                check_references(template["spec"], spec, settings)
 
 
 def plan(

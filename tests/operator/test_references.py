@@ -144,3 +144,28 @@ def test_refusal_is_a_condition_and_an_event_and_nothing_is_created(
     assert (ready["status"], ready["reason"]) == ("False", "ReferenceNotAllowed")
     assert "spec.containers[0].env[4].valueFrom.secretKeyRef.name" in ready["message"]
     assert [(t, r) for t, r, _ in cluster.events] == [("Warning", "ReferenceNotAllowed")]
+
+
+def test_only_the_servers_pod_answers_to_the_allow_lists(make_body, fetch) -> None:
+    """Another workload the operator builds for the resource (its router, with a ServiceAccount of
+    its own) is the operator's, not the resource's ask; its pod still meets the Pod Security level."""
+    import copy
+
+    from radixserve_operator.podsecurity import PodSecurityError
+    from radixserve_operator.reconcile import check_policy
+    from radixserve_operator.spec import parse_spec
+
+    body = make_body({"gpu": {"enabled": False}})
+    _, _, objects, _ = plan(body, fetch, NONE_ALLOWED)
+    other = copy.deepcopy(objects[0])
+    other["metadata"]["name"] = "llm-router"
+    other["spec"]["template"]["spec"]["serviceAccountName"] = "llm-router"
+    spec = parse_spec(body)
+    check_policy(spec, [*objects, other], NONE_ALLOWED)  # no ReferenceNotAllowed
+    server = copy.deepcopy(objects[0])
+    server["spec"]["template"]["spec"]["serviceAccountName"] = "llm-router"
+    with pytest.raises(ReferenceNotAllowed):
+        check_policy(spec, [server], NONE_ALLOWED)
+    other["spec"]["template"]["spec"]["hostNetwork"] = True
+    with pytest.raises(PodSecurityError, match="spec.hostNetwork"):
+        check_policy(spec, [*objects, other], NONE_ALLOWED)
