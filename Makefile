@@ -44,7 +44,7 @@ run: install
 
 # The Kubernetes build (CPU) overlaps the install (mostly downloads) on a fresh machine.
 test:
-	$(MAKE) -j2 --output-sync=line install-dev cluster-binaries
+	$(MAKE) -j2 --output-sync=line install-dev cluster-binaries node-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The cluster tier's Kubernetes binaries, built (once, cached) before the tests so that the
@@ -72,10 +72,27 @@ lint: $(NEED_VENV)
 
 # A local control plane on loopback (etcd, kube-apiserver, controller-manager, scheduler, KWOK fake
 # GPU nodes), built once from Kubernetes' Go modules into ~/.cache/radixserve/k8s. Needs Go >= 1.26.
-.PHONY: cluster cluster-down
+.PHONY: cluster cluster-down node-deps node-test
 
-cluster:
+# With root on Debian, a real node joins the fake ones (containerd, runc, CNI from Debian; kubelet,
+# kube-proxy and CoreDNS built like the control plane); RADIXSERVE_CLUSTER_NODE=0 leaves it out.
+cluster: node-deps
 	$(PY) -m scripts.cluster up
+
+# The real node's Debian packages, installed where missing (root only; elsewhere it says why not).
+NODE_PACKAGES = containerd runc containernetworking-plugins iptables iproute2 conntrack buildah mmdebstrap
+node-deps:
+	@if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "node-deps: not root on Debian: the real node (node test tier) will be skipped"; \
+	elif [ "$$RADIXSERVE_CLUSTER_NODE" = 0 ]; then echo "node-deps: real node turned off"; \
+	else missing=$$(for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then echo "node-deps: apt-get install" $$missing; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends $$missing >/dev/null) || echo "node-deps: install failed"; fi; fi
+
+# Real pods on the real node: images built without Docker, the chart, the CPU sample in-cluster.
+node-test: install-dev cluster-binaries node-deps
+	RADIXSERVE_E2E_PROVIDER=local $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
 
 cluster-down:
 	$(PY) -m scripts.cluster down

@@ -19,8 +19,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_kind = pytest.mark.skip(reason="needs `docker` and `kind` on PATH (run `make e2e`)")
     has_cuda = _has_cuda()
     has_kind = shutil.which("docker") is not None and shutil.which("kind") is not None
+    no_pods = None
+    if not has_kind and any(item.get_closest_marker("node") for item in items):
+        from tests.e2e.local_cluster import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            no_pods = pytest.mark.skip(reason=f"real pods need kind (`docker` and `kind` on PATH) "
+                                       f"or the real node of `make cluster` ({why})")
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(no_gpu)
-        if "e2e" in item.keywords and not has_kind:
+        if item.get_closest_marker("node"):  # the real-pod suite: kind, or the local real node
+            if no_pods is not None:
+                item.add_marker(no_pods)
+        elif "e2e" in item.keywords and not has_kind:
             item.add_marker(no_kind)

@@ -13,6 +13,7 @@ holds the binaries, one ``.stamp-<group>`` per finished group and ``.stamp`` onc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -27,6 +28,8 @@ K8S_VERSION = "v1.35.4"
 K8S_STAGING_VERSION = "v0.35.4"  # staging modules (k8s.io/api, client-go, …) carry v0.<minor>.<patch>
 ETCD_VERSION = "v3.6.16"  # newest v3.6 patch on the module proxy when this was written
 KWOK_VERSION = "v0.8.0"
+COREDNS_VERSION = "v1.14.7"
+PAUSE_VERSION = "3.10"  # the sandbox image's tag; the program is ours (PAUSE_MAIN)
 
 # Every staging module of k8s.io/kubernetes: its go.mod requires them at v0.0.0 and replaces them
 # with ./staging/…, which a dependent module does not inherit, so the wrapper replaces them again.
@@ -54,10 +57,14 @@ class Group:
     packages: dict[str, str]  # binary name -> main package
     replaces: tuple[tuple[str, str], ...] = ()
     ldflags: tuple[str, ...] = ()
+    main_go: str = ""  # a main package of the wrapper's own (packages then maps to ".")
+    static: bool = False  # CGO off: the binary runs in an image with nothing else in it
 
     @property
     def stamp(self) -> str:
-        return " ".join((f"{self.module}@{self.version}", *self.ldflags)) + "\n"
+        digest = hashlib.sha256(self.main_go.encode()).hexdigest()[:12] if self.main_go else ""
+        parts = (f"{self.module}@{self.version}", *self.ldflags, digest, "static" * self.static)
+        return " ".join(p for p in parts if p) + "\n"
 
 
 def _k8s_version_flags() -> tuple[str, ...]:
@@ -83,6 +90,8 @@ GROUPS: tuple[Group, ...] = (
             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
             "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+            "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+            "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
         },
         replaces=tuple((f"k8s.io/{m}", f"k8s.io/{m}@{K8S_STAGING_VERSION}") for m in K8S_STAGING),
         ldflags=_k8s_version_flags(),
@@ -100,6 +109,63 @@ GROUPS: tuple[Group, ...] = (
         packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     ),
 )
+
+# CoreDNS with only what a node's cluster DNS needs: no `forward`, so a name outside the cluster
+# is refused here instead of being sent to the machine's resolver.
+COREDNS_PLUGINS = ("errors", "bind", "health", "ready", "kubernetes", "cache")
+COREDNS_MAIN = f"""package main
+
+import (
+\t"github.com/coredns/coredns/core/dnsserver"
+\t"github.com/coredns/coredns/coremain"
+{chr(10).join(f'{chr(9)}_ "github.com/coredns/coredns/plugin/{p}"' for p in COREDNS_PLUGINS)}
+)
+
+func init() {{
+\tdnsserver.Directives = []string{{{", ".join(f'"{p}"' for p in COREDNS_PLUGINS)}}}
+}}
+
+func main() {{ coremain.Run() }}
+"""
+
+# The sandbox ("pause") container: holds the pod's namespaces, reaps orphans, exits on a signal.
+PAUSE_MAIN = """package main
+
+import (
+\t"os"
+\t"os/signal"
+\t"syscall"
+)
+
+func main() {
+\tsigs := make(chan os.Signal, 8)
+\tsignal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+\tfor sig := range sigs {
+\t\tif sig != syscall.SIGCHLD {
+\t\t\tos.Exit(0)
+\t\t}
+\t\tfor {
+\t\t\tvar status syscall.WaitStatus
+\t\t\tif pid, _ := syscall.Wait4(-1, &status, syscall.WNOHANG, nil); pid <= 0 {
+\t\t\t\tbreak
+\t\t\t}
+\t\t}
+\t}
+}
+"""
+
+NODE_GROUPS: tuple[Group, ...] = (
+    Group(
+        name="coredns",
+        module="github.com/coredns/coredns",
+        version=COREDNS_VERSION,
+        packages={"coredns": "."},
+        main_go=COREDNS_MAIN,
+    ),
+    Group(name="pause", module="", version=PAUSE_VERSION, packages={"pause": "."},
+          main_go=PAUSE_MAIN, static=True),
+)
+GROUPS = GROUPS + NODE_GROUPS
 
 BINARIES: tuple[str, ...] = tuple(b for g in GROUPS for b in g.packages)
 
@@ -167,19 +233,22 @@ def _fmt(seconds: float) -> str:
     return f"{m}m{s:02d}s"
 
 
-def _go_env() -> dict[str, str]:
+def _go_env(static: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if static:
+        env["CGO_ENABLED"] = "0"
     env["GOFLAGS"] = "-mod=mod"
     env.setdefault("GO111MODULE", "on")
     return env
 
 
-def _run(args: list[str], cwd: Path, log: Path, what: str, t0: float) -> None:
+def _run(args: list[str], cwd: Path, log: Path, what: str, t0: float,
+         static: bool = False) -> None:
     """Run a go command, its output to ``log``; a heartbeat line every HEARTBEAT_S seconds."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(args, cwd=cwd, env=_go_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=cwd, env=_go_env(static), stdout=out, stderr=subprocess.STDOUT)
         next_beat = start + HEARTBEAT_S
         while proc.poll() is None:
             time.sleep(1.0)
@@ -203,9 +272,13 @@ def _count_lines(path: Path) -> int:
 def _write_wrapper(group: Group, src: Path) -> None:
     src.mkdir(parents=True, exist_ok=True)
     imports = "\n".join(f'\t_ "{pkg}"' for pkg in group.packages.values())
-    (src / "tools.go").write_text(
-        f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
-    )
+    if group.main_go:
+        (src / "tools.go").unlink(missing_ok=True)
+        (src / "main.go").write_text(group.main_go)
+    else:
+        (src / "tools.go").write_text(
+            f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
+        )
     (src / "go.mod").write_text(f"module {WRAPPER_MODULE}\n\ngo 1.26\n")
 
 
@@ -214,9 +287,10 @@ def _build_group(group: Group, t0: float) -> None:
     logs = version_dir() / "logs"
     _log(f"{group.name}: wrapper module in {src} ({group.module}@{group.version})", t0)
     _write_wrapper(group, src)
-    edit = ["go", "mod", "edit", f"-require={group.module}@{group.version}"]
-    edit += [f"-replace={old}={new}" for old, new in group.replaces]
-    _run(edit, src, logs / f"mod-edit-{group.name}.log", f"{group.name}: go mod edit", t0)
+    if group.module:
+        edit = ["go", "mod", "edit", f"-require={group.module}@{group.version}"]
+        edit += [f"-replace={old}={new}" for old, new in group.replaces]
+        _run(edit, src, logs / f"mod-edit-{group.name}.log", f"{group.name}: go mod edit", t0)
     _log(f"{group.name}: go mod tidy (downloads modules on a cold module cache)", t0)
     _run(["go", "mod", "tidy"], src, logs / f"mod-tidy-{group.name}.log",
          f"{group.name}: go mod tidy", t0)
@@ -232,7 +306,7 @@ def _build_group(group: Group, t0: float) -> None:
     build = ["go", "build", "-v", "-trimpath", f"-ldflags=-s -w {' '.join(group.ldflags)}".strip(),
              "-o", target]  # fmt: skip
     _run(build + list(group.packages.values()), src, logs / f"build-{group.name}.log",
-         f"{group.name}: go build", t0)
+         f"{group.name}: go build", t0, group.static)
     bin_dir().mkdir(parents=True, exist_ok=True)
     for binary, pkg in group.packages.items():
         built = out / (binary if single else pkg.rsplit("/", 1)[-1])

@@ -13,6 +13,10 @@ State dir (``$RADIXSERVE_CLUSTER_DIR``, default ``<repo>/.cluster``)::
     etcd/               etcd data
     kwok.yaml           KWOK's stages
     run/<name>.pid      pidfiles; logs/<name>.log: each process's output
+    node/, kubelet/, cni/  the real node's files (``node.py``), where it runs
+
+With the real node on, the API server listens on the node's address (pods reach it through the
+``kubernetes`` Service) and the fake nodes are tainted, so plain pods run on the real node.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import build, kwok, pki, procs
+from . import build, kwok, node, pki, procs
 from .kube import Api, ApiError, http_ok
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +58,7 @@ class Cluster:
     server: str
     bin_dir: Path
     nodes: tuple[str, ...] = field(default=())
+    real_node: str | None = None  # the real node's name, when it runs
 
     def env(self) -> dict[str, str]:
         """``os.environ`` with ``KUBECONFIG`` pointing at this cluster."""
@@ -111,9 +116,22 @@ def _all_free(ports) -> bool:
     return True
 
 
+def _load_state(state: Path) -> dict:
+    try:
+        loaded = json.loads((state / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _host(state: Path) -> str:
+    """The API server's address: the node's when the real node runs, loopback otherwise."""
+    return str(_load_state(state).get("host") or "127.0.0.1")
+
+
 def _load_ports(state: Path) -> dict[str, int] | None:
     try:
-        ports = json.loads((state / "state.json").read_text())["ports"]
+        ports = _load_state(state)["ports"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(ports, dict) or set(ports) != set(PORT_NAMES):
@@ -121,10 +139,10 @@ def _load_ports(state: Path) -> dict[str, int] | None:
     return {k: int(v) for k, v in ports.items()}
 
 
-def _save_ports(state: Path, ports: dict[str, int]) -> None:
+def _save_state(state: Path, ports: dict[str, int], host: str) -> None:
     (state / "state.json").write_text(json.dumps(
-        {"ports": ports, "kubernetes": build.K8S_VERSION, "etcd": build.ETCD_VERSION,
-         "kwok": build.KWOK_VERSION}, indent=2) + "\n")
+        {"ports": ports, "host": host, "kubernetes": build.K8S_VERSION,
+         "etcd": build.ETCD_VERSION, "kwok": build.KWOK_VERSION}, indent=2) + "\n")
 
 
 def _kubeconfig_text(server: str, p: pki.Pki) -> str:
@@ -165,8 +183,20 @@ class _Component:
     timeout_s: float
 
 
+def _apiserver_network(host: str, p: pki.Pki) -> list[str]:
+    if host == "127.0.0.1":
+        # The `kubernetes` Endpoints may not hold a loopback address; nothing here needs them.
+        return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none"]
+    # Beside the real node: pods reach the API server through the `kubernetes` Service, and it
+    # reaches the kubelet (logs, exec, port-forward) with a client certificate.
+    return [f"--bind-address={host}", f"--advertise-address={host}",
+            f"--kubelet-client-certificate={p.admin_crt}", f"--kubelet-client-key={p.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname"]
+
+
 def _components(state: Path, bins: Path, p: pki.Pki, ports: dict[str, int],
-                api: Api) -> list[_Component]:
+                api: Api, host: str) -> list[_Component]:
     kcfg = str(p.dir / "admin.kubeconfig")
     etcd_url = f"http://127.0.0.1:{ports['etcd_client']}"
     peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
@@ -191,8 +221,7 @@ def _components(state: Path, bins: Path, p: pki.Pki, ports: dict[str, int],
             str(bins / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             f"--secure-port={ports['apiserver']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *_apiserver_network(host, p),
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
             f"--client-ca-file={p.ca_crt}",
@@ -202,8 +231,6 @@ def _components(state: Path, bins: Path, p: pki.Pki, ports: dict[str, int],
             f"--service-account-signing-key-file={p.sa_key}",
             f"--service-account-issuer={SA_ISSUER}",
             "--allow-privileged=true",
-            # The `kubernetes` Endpoints may not hold a loopback address; nothing here needs them.
-            "--endpoint-reconciler-type=none",
         ], lambda: api.ok("/readyz"), 120.0),
         _Component("kube-controller-manager", [
             str(bins / "kube-controller-manager"),
@@ -224,7 +251,8 @@ def _components(state: Path, bins: Path, p: pki.Pki, ports: dict[str, int],
         ], lambda: http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz"), 90.0),
         _Component("kwok", [
             str(bins / "kwok"),
-            *kwok.args(p.dir / "admin.kubeconfig", state / "kwok.yaml", ports["kwok"]),
+            *kwok.args(p.dir / "admin.kubeconfig", state / "kwok.yaml", ports["kwok"],
+                       beside_node=host != "127.0.0.1"),
         ], lambda: http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"), 60.0),
     ]
 
@@ -261,8 +289,12 @@ def _prepare_state(state: Path) -> None:
                                 "removes this directory\n")
 
 
-def up(root: Path | None = None, quiet: bool = False) -> Cluster:
-    """Bring the control plane up (building binaries on first use); starts only what is missing."""
+def up(root: Path | None = None, quiet: bool = False, real_node: bool | None = None) -> Cluster:
+    """Bring the control plane up (building binaries on first use); starts only what is missing.
+
+    ``real_node``: True needs the real node (an error says why it cannot run), False leaves it
+    out, None (the default) runs it wherever ``node.unavailable_reason()`` allows.
+    """
     t0 = time.monotonic()
     reason = unavailable_reason()
     if reason:
@@ -271,21 +303,39 @@ def up(root: Path | None = None, quiet: bool = False) -> Cluster:
     state = state_dir(root)
     _prepare_state(state)
     with procs.locked(state / ".lock"):
-        return _up(state, bins, t0, quiet)
+        running = current(root)
+        if running is not None and real_node is not None and (running.real_node is None) == real_node:
+            have = "with" if running.real_node else "without"
+            raise ClusterError(f"a cluster {have} the real node already runs in {state}; "
+                               "`make cluster-down` first")
+        if real_node is None:
+            why_not = node.unavailable_reason()
+            real_node = why_not is None if running is None else running.real_node is not None
+            if why_not and not quiet:
+                _say(f"no real node ({why_not}): fake nodes only", t0, quiet)
+        elif real_node and node.unavailable_reason():
+            raise ClusterError(f"no real node here: {node.unavailable_reason()}")
+        return _up(state, bins, t0, quiet, real_node)
 
 
-def _up(state: Path, bins: Path, t0: float, quiet: bool) -> Cluster:
+def _up(state: Path, bins: Path, t0: float, quiet: bool, real_node: bool) -> Cluster:
     p = pki.ensure(state / "pki")
+    host = pki.NODE_IP if real_node else "127.0.0.1"
+    if real_node:
+        try:
+            node.prepare_network(state, SERVICE_CIDR, (kwok.POD_CIDR_BESIDE_NODE,))
+        except node.NodeError as e:
+            raise ClusterError(str(e)) from None
 
     any_running = any(procs.running(state, n, n) for n in ORDER)
     ports = _load_ports(state)
-    if ports is None or not (any_running or _all_free(ports.values())):
+    if ports is None or _host(state) != host or not (any_running or _all_free(ports.values())):
         # A fresh start (or the old ports are taken): new ports, and etcd's data goes with them,
         # since etcd keeps its peer URL in its data dir.
         ports = dict(zip(PORT_NAMES, _free_ports(len(PORT_NAMES)), strict=True))
-        _save_ports(state, ports)
         shutil.rmtree(state / "etcd", ignore_errors=True)
-    server = f"https://127.0.0.1:{ports['apiserver']}"
+    _save_state(state, ports, host)
+    server = f"https://{host}:{ports['apiserver']}"
     text = _kubeconfig_text(server, p)
     (p.dir / "admin.kubeconfig").write_text(text)
     (p.dir / "admin.kubeconfig").chmod(0o600)
@@ -298,7 +348,7 @@ def _up(state: Path, bins: Path, t0: float, quiet: bool) -> Cluster:
 
     api = Api(server, p)
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    for comp in _components(state, bins, p, ports, api):
+    for comp in _components(state, bins, p, ports, api, host):
         binary = os.path.basename(comp.argv[0])
         pid = procs.running(state, comp.name, binary)
         if pid is not None and comp.healthy():
@@ -314,15 +364,24 @@ def _up(state: Path, bins: Path, t0: float, quiet: bool) -> Cluster:
         _wait(comp.name, comp.healthy, comp.timeout_s, state, comp.name, binary)
         _say(f"{comp.name}: healthy", t0, quiet)
 
-    names = kwok.create_nodes(api)
+    names = kwok.create_nodes(api, beside_node=real_node)
     _wait(f"fake nodes {', '.join(names)} Ready", lambda: not kwok.nodes_ready(api, names),
           60.0, state, "kwok", "kwok")
     _say(f"nodes Ready: {', '.join(names)}", t0, quiet)
+    if real_node:
+        try:
+            node.up(state, bins, p.dir / "admin.kubeconfig", p.ca_crt, api,
+                    lambda msg: _say(f"node: {msg}", t0, quiet))
+        except (node.NodeError, OSError, subprocess.SubprocessError) as e:
+            raise ClusterError(f"the real node: {e}\n(logs in {state / 'logs'}; "
+                               "`make cluster-down` cleans up)") from None
+        _say(f"node {node.NODE_NAME} Ready", t0, quiet)
     _wait("ServiceAccount default/default", lambda: _exists(
         api, "/api/v1/namespaces/default/serviceaccounts/default"), 90.0, state,
         "kube-controller-manager", "kube-controller-manager")
     _say(f"ready; kubeconfig: {kubeconfig}", t0, quiet)
-    return Cluster(state, kubeconfig, bins / "kubectl", server, bins, tuple(names))
+    return Cluster(state, kubeconfig, bins / "kubectl", server, bins, tuple(names),
+                   node.NODE_NAME if real_node else None)
 
 
 def _exists(api: Api, path: str) -> bool:
@@ -343,14 +402,31 @@ def down(root: Path | None = None, quiet: bool = False) -> list[str]:
         if not quiet:
             print(f"[cluster] {state} has no {MARKER} marker; left alone", flush=True)
         return stopped
+    left: list[str] = []
     with procs.locked(state / ".lock"):
+        if node.is_on(state) or any(procs.running(state, n, n) for n in node.ORDER):
+            api = _api(state)
+            left = node.down(state, api, SERVICE_CIDR, (kwok.POD_CIDR_BESIDE_NODE,),
+                             lambda msg: None if quiet else print(f"[cluster] node: {msg}",
+                                                                  flush=True))
         for name in reversed(ORDER):
             if procs.stop(state, name, name):
                 stopped.append(name)
                 if not quiet:
                     print(f"[cluster] stopped {name}", flush=True)
+        left += node.leftovers(state)
         shutil.rmtree(state, ignore_errors=True)
+    if left:
+        raise ClusterError("the real node left these behind:\n  " + "\n  ".join(sorted(set(left))))
     return stopped
+
+
+def _api(state: Path) -> Api | None:
+    ports = _load_ports(state)
+    p = pki.Pki(state / "pki")
+    if ports is None or not p.complete():
+        return None
+    return Api(f"https://{_host(state)}:{ports['apiserver']}", p, timeout_s=5.0)
 
 
 def status(root: Path | None = None) -> dict[str, int | None]:
@@ -366,9 +442,15 @@ def current(root: Path | None = None) -> Cluster | None:
     p = pki.Pki(state / "pki")
     if ports is None or not p.complete() or not all(status(root).values()):
         return None
-    server = f"https://127.0.0.1:{ports['apiserver']}"
-    if not Api(server, p, timeout_s=3.0).ok("/readyz"):
+    host = _host(state)
+    server = f"https://{host}:{ports['apiserver']}"
+    api = Api(server, p, timeout_s=3.0)
+    if not api.ok("/readyz"):
+        return None
+    real = host != "127.0.0.1"
+    if real and not node.node_ready(api):
         return None
     bins = build.bin_dir()
     return Cluster(state, state / "kubeconfig", bins / "kubectl", server, bins,
-                   tuple(n["metadata"]["name"] for n in kwok.nodes()))
+                   tuple(n["metadata"]["name"] for n in kwok.nodes(real)),
+                   node.NODE_NAME if real else None)

@@ -25,6 +25,10 @@ from .kube import Api, ApiError
 MANAGE_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGE_SELECTOR = f"{MANAGE_ANNOTATION}=fake"
 POD_CIDR = "10.244.0.0/16"
+# Beside a real node (whose pods use 10.244.0.0/24) the fake pods get their own range, routed into
+# the node's sink so that nothing sent to a fake pod takes the machine's default route.
+POD_CIDR_BESIDE_NODE = "10.245.0.0/16"
+TAINT = {"key": MANAGE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
 DEFAULT_NODE_IP = "10.0.0.1"
 NODE_LEASE_DURATION_S = 40
 
@@ -448,14 +452,14 @@ def write_config(path: Path) -> bool:
     return True
 
 
-def args(kubeconfig: Path, config: Path, server_port: int) -> list[str]:
+def args(kubeconfig: Path, config: Path, server_port: int, beside_node: bool = False) -> list[str]:
     """kwok's flags, after the binary."""
     return [
         f"--kubeconfig={kubeconfig}",
         f"--config={config}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={MANAGE_SELECTOR}",
-        f"--cidr={POD_CIDR}",
+        f"--cidr={POD_CIDR_BESIDE_NODE if beside_node else POD_CIDR}",
         f"--node-ip={DEFAULT_NODE_IP}",
         f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
         f"--server-address=127.0.0.1:{server_port}",
@@ -499,22 +503,32 @@ def _node(name: str, ip: str, resources: dict[str, str], labels: dict[str, str])
     }
 
 
-def nodes() -> list[dict[str, Any]]:
-    """gpu-node-0/1 (8 × H200, 64 CPU, 512Gi) and cpu-node-0 (16 CPU, 64Gi); no taints."""
+def nodes(beside_node: bool = False) -> list[dict[str, Any]]:
+    """gpu-node-0/1 (8 × H200, 64 CPU, 512Gi) and cpu-node-0 (16 CPU, 64Gi).
+
+    Beside a real node they are tainted (pods land on the real node unless they tolerate
+    ``kwok.x-k8s.io/node=fake``) and have loopback addresses: the API server then reaches nothing
+    when it dials a fake kubelet (``kubectl logs`` fails at once instead of leaving the machine).
+    """
     gpu = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8",
            "ephemeral-storage": "1Ti"}
     cpu = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "1Ti"}
-    return [
-        _node("gpu-node-0", "10.0.0.10", gpu, GPU_LABELS),
-        _node("gpu-node-1", "10.0.0.11", gpu, GPU_LABELS),
-        _node("cpu-node-0", "10.0.0.20", cpu, {}),
+    net = "127.0.10" if beside_node else "10.0.0"
+    made = [
+        _node("gpu-node-0", f"{net}.10", gpu, GPU_LABELS),
+        _node("gpu-node-1", f"{net}.11", gpu, GPU_LABELS),
+        _node("cpu-node-0", f"{net}.20", cpu, {}),
     ]
+    if beside_node:
+        for node in made:
+            node["spec"]["taints"] = [dict(TAINT)]
+    return made
 
 
-def create_nodes(api: Api) -> list[str]:
+def create_nodes(api: Api, beside_node: bool = False) -> list[str]:
     """Create the fake nodes that do not exist yet (status included); returns their names."""
     names = []
-    for node in nodes():
+    for node in nodes(beside_node):
         name = node["metadata"]["name"]
         names.append(name)
         try:

@@ -26,7 +26,8 @@ APISERVER_DNS = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
-APISERVER_IPS = ("127.0.0.1", SERVICE_IP)
+NODE_IP = "10.200.0.1"  # where the API server listens when the real node runs (node_config)
+APISERVER_IPS = ("127.0.0.1", SERVICE_IP, NODE_IP)
 VALIDITY = dt.timedelta(days=365)
 
 

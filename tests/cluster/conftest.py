@@ -41,7 +41,8 @@ def _control_plane() -> Iterator[tuple[Path, str]]:
     if reason:
         pytest.skip(f"no local Kubernetes control plane here: {reason}")
     started = controlplane.current() is None
-    cluster = controlplane.up()
+    # KWOK steers these scenarios' pods; the real node (the `node` tier's) stays out of them.
+    cluster = controlplane.up(real_node=False)
     try:
         yield cluster.kubeconfig, str(cluster.kubectl)
     finally:
@@ -49,7 +50,7 @@ def _control_plane() -> Iterator[tuple[Path, str]]:
             controlplane.down()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped before the real-pod suite brings its own cluster up
 def stack() -> Iterator[Stack]:
     with _control_plane() as (kubeconfig, kubectl_bin):
         kubectl = Kubectl(kubeconfig, kubectl_bin)

@@ -1,6 +1,9 @@
-"""The kind stack for the e2e suite: cluster, images, fake GPU capacity, the chart installed with
-real Helm. Everything is torn down at the end (RADIXSERVE_E2E_KEEP=1 keeps the cluster to poke
-at); a failing test prints the cluster's state and logs (also written to RADIXSERVE_E2E_LOGS)."""
+"""The stack of the real-pod suite: a cluster of real kubelets, the images on it, the chart
+installed with real Helm, fake GPU capacity. Two providers: `kind` (Docker) and `local` (the real
+node of `make cluster`, images built without Docker); RADIXSERVE_E2E_PROVIDER picks one, else kind
+where Docker and kind are found, local otherwise. Everything is torn down at the end
+(RADIXSERVE_E2E_KEEP=1 keeps the cluster to poke at); a failing test prints the cluster's state
+and logs (also written to RADIXSERVE_E2E_LOGS)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.kind_cluster import KindCluster, Kubectl, build_image, missing_tools
+from tests.e2e.local_cluster import local_stack
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = os.environ.get("RADIXSERVE_E2E_CLUSTER", "radixserve-e2e")
@@ -27,10 +31,24 @@ FAKE_GPUS = "4"
 
 @dataclass(frozen=True)
 class Stack:
-    cluster: KindCluster
+    cluster: KindCluster | None  # None: the local provider
     kubectl: Kubectl
     operator_ns: str
     serving_ns: str
+    kubeconfig: Path
+
+    @property
+    def local(self) -> bool:
+        return self.cluster is None
+
+
+def provider() -> str:
+    chosen = os.environ.get("RADIXSERVE_E2E_PROVIDER", "")
+    if chosen:
+        if chosen not in ("kind", "local"):
+            raise ValueError(f"RADIXSERVE_E2E_PROVIDER={chosen!r}: choose kind or local")
+        return chosen
+    return "kind" if missing_tools() is None else "local"
 
 
 def _advertise_fake_gpus(kubectl: Kubectl) -> None:
@@ -49,7 +67,7 @@ def _install_chart(stack: Stack) -> None:
     import helm_python as helm
 
     values = {"operator": {"image": {"pullPolicy": "Never"}, "verbose": True}}
-    with helm.Config(kubeconfig_path=stack.cluster.kubeconfig, namespace=stack.operator_ns) as cfg:
+    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
         cfg.install(
             str(REPO / "charts" / "radixserve"),
             "radixserve",
@@ -63,12 +81,15 @@ def _install_chart(stack: Stack) -> None:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
+    if provider() == "local":
+        yield from _local_stack()
+        return
     reason = missing_tools()
     if reason:
         pytest.skip(reason)
     workdir = Path(tempfile.mkdtemp(prefix="radixserve-e2e-"))
     cluster = KindCluster(CLUSTER, workdir / "kubeconfig")
-    stack = Stack(cluster, cluster.kubectl, OPERATOR_NS, SERVING_NS)
+    stack = Stack(cluster, cluster.kubectl, OPERATOR_NS, SERVING_NS, cluster.kubeconfig)
     try:
         build_image(REPO, "runtime-cpu", RUNTIME_CPU_IMAGE)
         build_image(REPO, "operator", OPERATOR_IMAGE)
@@ -87,6 +108,30 @@ def stack() -> Iterator[Stack]:
             print(f"keeping kind cluster {CLUSTER}: KUBECONFIG={cluster.kubeconfig}")
         else:
             cluster.delete()
+
+
+def _local_stack() -> Iterator[Stack]:
+    with local_stack() as (kubeconfig, kubectl_bin):
+        kubectl = Kubectl(kubeconfig, kubectl_bin)
+        stack = Stack(None, kubectl, OPERATOR_NS, SERVING_NS, kubeconfig)
+        try:
+            _install_chart(stack)
+            kubectl("create", "namespace", stack.serving_ns)
+            yield stack
+        except BaseException:
+            print(diagnostics(stack))
+            raise
+        finally:
+            kubectl("delete", "namespace", stack.serving_ns, "--timeout=180s", check=False,
+                    timeout=240)
+            _uninstall_chart(stack)
+
+
+def _uninstall_chart(stack: Stack) -> None:
+    import helm_python as helm
+
+    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
+        cfg.uninstall("radixserve", ignore_not_found=True, wait="watcher", timeout=180)
 
 
 def diagnostics(stack: Stack) -> str:
@@ -134,7 +179,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if report.when == "call" and report.failed and "stack" in getattr(item, "funcargs", {}):
         text = diagnostics(item.funcargs["stack"])
-        report.sections.append(("kind cluster state", text))
+        report.sections.append(("cluster state", text))
         logs_dir = os.environ.get("RADIXSERVE_E2E_LOGS")
         if logs_dir:
             Path(logs_dir).mkdir(parents=True, exist_ok=True)

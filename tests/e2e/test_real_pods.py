@@ -1,7 +1,9 @@
-"""The whole stack on kind: the chart's operator serves the CPU sample (embedded model, TP 1),
-answers an OpenAI chat call in-cluster, rolls out a spec change to a new Ready generation, scales
-through the scale subresource, cleans up its children on delete, and schedules a GPU replica on
-the node's fake GPU capacity. Tests run in order and share one InferenceService. `make e2e`."""
+"""Real pods: the chart's operator (a pod) serves the CPU sample (embedded model, TP 1) in real
+containers; it answers an OpenAI chat call by its Service's DNS name from another pod, rolls out a
+spec change and scales up and down under a client loop without a failed request, comes back when
+its server process dies, cleans up its children on delete, and schedules a GPU replica on fake GPU
+capacity. Tests run in order and share one InferenceService. On kind (`make e2e`) or on the real
+node of `make cluster` (`make node-test`)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,23 @@ import uuid
 import pytest
 import yaml
 
+from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
 from tests.e2e.kind_cluster import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 SAMPLE = REPO / "manifests" / "samples" / "inferenceservice-cpu.yaml"
 NAME = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
 READY_TIMEOUT = 900  # image already loaded; this is model load + probes on a slow laptop
+
+# SIGKILL every process of the server in the container (not this one).
+KILL_SERVER = (
+    "import os, signal\n"
+    "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    if int(p) != os.getpid() and b'radixserve' in open(f'/proc/{p}/cmdline', 'rb').read():\n"
+    "        os.kill(int(p), signal.SIGKILL)\n"
+)
 
 CHAT_SCRIPT = """
 import json, sys, urllib.request
@@ -138,20 +149,39 @@ def test_cpu_sample_becomes_ready_and_answers_in_cluster(stack: Stack) -> None:
     assert "Created" in reasons, reasons
 
 
-def test_spec_change_rolls_out_to_a_new_ready_generation(stack: Stack) -> None:
+def _client(stack: Stack) -> ClientLoop:
+    return ClientLoop(stack.kubectl, stack.serving_ns, RUNTIME_CPU_IMAGE,
+                      f"http://{NAME}.{stack.serving_ns}.svc:8000/v1")
+
+
+def _assert_none_failed(tally: dict) -> None:
+    print(f"client loop: {tally['ok']} answered, {tally['failed']} failed")
+    assert tally["failed"] == 0, tally["errors"]
+    assert tally["ok"] > 0
+
+
+def test_spec_change_rolls_out_under_load_without_a_failed_request(stack: Stack) -> None:
     before = _rsvc(stack)["metadata"]["generation"]
     # An argument change (maxRunningRequests 16 -> 8); smaller requests also let the next test's
-    # second replica fit on a laptop-sized kind node.
+    # second replica fit on a laptop-sized node. A surge pod keeps one replica serving throughout.
     patch = {
         "spec": {
             "runtime": {"maxRunningRequests": 8},
             "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}},
+            "rollout": {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0},
         }
     }
-    stack.kubectl(
-        "patch", "rsvc", NAME, "-n", stack.serving_ns, "--type=merge", "-p", json.dumps(patch)
-    )
-    obj = _wait_ready_at_current_generation(stack, replicas=1)
+    client = _client(stack)
+    try:
+        client.wait_ok(3)
+        stack.kubectl(
+            "patch", "rsvc", NAME, "-n", stack.serving_ns, "--type=merge", "-p", json.dumps(patch)
+        )
+        obj = _wait_ready_at_current_generation(stack, replicas=1)
+        client.wait_ok(client.ok_seen() + 3)  # the new generation answers too
+    finally:
+        tally = client.stop()
+    _assert_none_failed(tally)
     assert obj["metadata"]["generation"] == before + 1
     deployment = stack.kubectl.json("get", "deployment", NAME, "-n", stack.serving_ns)
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -161,9 +191,44 @@ def test_spec_change_rolls_out_to_a_new_ready_generation(stack: Stack) -> None:
         assert pod_args[pod_args.index("--max-running-requests") + 1] == "8"
 
 
-def test_kubectl_scale_adds_a_ready_replica(stack: Stack) -> None:
-    stack.kubectl("scale", f"rsvc/{NAME}", "-n", stack.serving_ns, "--replicas=2")
-    obj = _wait_ready_at_current_generation(stack, replicas=2)
+def test_kubectl_scale_up_and_down_under_load_without_a_failed_request(stack: Stack) -> None:
+    client = _client(stack)
+    try:
+        client.wait_ok(3)
+        stack.kubectl("scale", f"rsvc/{NAME}", "-n", stack.serving_ns, "--replicas=2")
+        obj = _wait_ready_at_current_generation(stack, replicas=2)
+        _check_two_replicas(stack, obj)
+        client.wait_ok(client.ok_seen() + 3)
+        stack.kubectl("scale", f"rsvc/{NAME}", "-n", stack.serving_ns, "--replicas=1")
+        _wait_ready_at_current_generation(stack, replicas=1)
+        wait_for("one pod left", lambda: len(_pod_args(stack)) == 1, timeout=300, interval=3)
+        client.wait_ok(client.ok_seen() + 3)
+    finally:
+        tally = client.stop()
+    _assert_none_failed(tally)
+
+
+def test_a_dead_server_process_is_restarted_and_serves_again(stack: Stack) -> None:
+    """The kubelet restarts the container; the pod leaves the endpoints while it is not Ready."""
+    pods = stack.kubectl.json("get", "pods", "-n", stack.serving_ns, "-l",
+                              f"app.kubernetes.io/instance={NAME}")["items"]
+    pod = next(p for p in pods if not p["metadata"].get("deletionTimestamp"))
+    name, restarts = pod["metadata"]["name"], pod["status"]["containerStatuses"][0]["restartCount"]
+    # the exec ends with the container it runs in: its exit status says nothing
+    stack.kubectl("exec", name, "-n", stack.serving_ns, "--", "python", "-c", KILL_SERVER,
+                  check=False)
+
+    def restarted() -> bool:
+        current = stack.kubectl.json("get", "pod", name, "-n", stack.serving_ns)
+        return current["status"]["containerStatuses"][0]["restartCount"] > restarts
+
+    wait_for(f"the kubelet to restart {name}'s server", restarted, timeout=300, interval=2)
+    _wait_ready_at_current_generation(stack, replicas=1)
+    answer = _chat_in_cluster(stack, f"http://{NAME}.{stack.serving_ns}.svc:8000/v1")
+    assert "paris" in answer["choices"][0]["message"]["content"].lower(), answer
+
+
+def _check_two_replicas(stack: Stack, obj: dict) -> None:
     assert obj["spec"]["replicas"] == 2 and obj["status"]["replicas"] == 2
     scale = json.loads(
         stack.kubectl(
@@ -210,6 +275,9 @@ def test_gpu_request_schedules_on_the_advertised_capacity(stack: Stack) -> None:
     sample["metadata"]["name"] = name = "fake-gpu"
     sample["spec"]["gpu"] = {"enabled": True}
     sample["spec"]["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    # the local provider's fake GPU nodes are tainted, so that CPU pods run on the real node
+    sample["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
+                                      "effect": "NoSchedule"}]
     stack.kubectl("apply", "-n", stack.serving_ns, "-f", "-", input=yaml.safe_dump(sample))
     try:
 
