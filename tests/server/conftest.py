@@ -6,6 +6,19 @@ import pytest
 
 from tests.server.server_process import API_KEY, ServerProcess
 
+HERE = Path(__file__).resolve().parent
+# Modules here that start no process: unit tests of the text and message code beside the server.
+# Every other module here is the `server` tier (real processes on loopback), which `make
+# test-fast` leaves out; a new module joins that tier unless it is named here.
+IN_PROCESS = {"test_codec.py", "test_detokenize.py", "test_reasoning.py", "test_responses_stream.py",
+              "test_scheduler_loop.py", "test_stop.py", "test_tool_parsers.py", "test_tools_plan.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent == HERE and item.path.name not in IN_PROCESS:
+            item.add_marker(pytest.mark.server)
+
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
