@@ -4,6 +4,11 @@ import shutil
 
 import pytest
 
+# The tiers whose fixtures bring up a control plane, a real node or kind, and build images: their
+# first test's setup can take many minutes, so they get longer than pyproject's per-test 600 s.
+LONG_TIERS = ("cluster", "node", "e2e")
+LONG_TIER_TIMEOUT_S = 2400
+
 
 def _has_cuda() -> bool:
     try:
@@ -28,6 +33,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             no_pods = pytest.mark.skip(reason=f"real pods need kind (`docker` and `kind` on PATH) "
                                        f"or the real node of `make cluster` ({why})")
     for item in items:
+        if item.get_closest_marker("timeout") is None and any(
+                item.get_closest_marker(m) for m in LONG_TIERS):
+            item.add_marker(pytest.mark.timeout(LONG_TIER_TIMEOUT_S))
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(no_gpu)
         if item.get_closest_marker("node"):  # the real-pod suite: kind, or the local real node
