@@ -39,11 +39,16 @@ def _tokens(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("arch", WINDOWED_ARCHS)
-@pytest.mark.parametrize("cache,page_size,max_prefill", [("radix", 1, 8192), ("naive", 16, 16)])
-def test_greedy_parity_past_the_window(windowed, reference, arch, cache, page_size, max_prefill):
+@pytest.mark.parametrize("cache,page_size,max_prefill,more", [
+    ("radix", 1, 8192, {}),
+    ("naive", 16, 16, {}),
+    ("radix", 4, 32, {"overlap": False, "mixed_chunk": False}),
+])
+def test_greedy_parity_past_the_window(windowed, reference, arch, cache, page_size, max_prefill,
+                                       more):
     prompts, expected = reference[arch]
     llm = LLM(str(windowed[arch]), cache=cache, page_size=page_size,
-              max_prefill_length=max_prefill, **KW)
+              max_prefill_length=max_prefill, **KW, **more)
     assert llm.scheduler.engine.attn_cfg.has_windows
     assert _tokens(llm, prompts) == expected, f"{arch}: tokens differ from transformers"
     llm.scheduler.check_integrity()
