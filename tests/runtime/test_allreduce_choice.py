@@ -78,6 +78,7 @@ def test_no_symmetric_memory_on_cpu() -> None:
     assert try_symm_allreduce(AllReducePolicy("one_shot"), 0, 2, torch.device("cpu"), "g") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["one_shot", "auto"])
 def test_gloo_tp2_with_a_symmetric_mode_still_gives_tp1_tokens(tiny_ckpts, monkeypatch, mode) -> None:
     prompts = random_prompts(3, [1, 9, 40], 300, seed=5)

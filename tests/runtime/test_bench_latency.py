@@ -39,7 +39,8 @@ def _breakdown(out: str) -> dict[str, float]:
             for m in re.finditer(r"^\s{4}(\S.*?)\s+([\d.]+)(?:\s+[\d.]+%)?$", block, re.MULTILINE)}
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_breakdown_names_every_part_once_and_adds_up(tiny_ckpts, capsys, device: str) -> None:
     """Every layer part is timed (a MoE layer as one block), each once, so the parts never add up
     to more than the forward and the rest is reported as the time between them. On CUDA the

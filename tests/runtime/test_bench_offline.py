@@ -19,6 +19,7 @@ def tok_s(out: str, label: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.slow
 def test_ablation_and_baseline_report(tiny_ckpts, capsys) -> None:
     assert main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--ablate"]) == 0
     out = capsys.readouterr().out
@@ -32,6 +33,7 @@ def test_ablation_and_baseline_report(tiny_ckpts, capsys) -> None:
     assert ratio == pytest.approx(ours / hf, rel=0.01)
 
 
+@pytest.mark.slow
 def test_tp2_runs_each_configuration_in_its_own_group(tiny_ckpts, capsys) -> None:
     argv = [*ARGS, "--model", str(tiny_ckpts["qwen3"]), "--tp", "2", "--baseline", "none", "--ablate"]
     assert main(argv) == 0
@@ -41,6 +43,7 @@ def test_tp2_runs_each_configuration_in_its_own_group(tiny_ckpts, capsys) -> Non
     assert "transformers" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warmup", [2, 0])
 def test_shared_prefix_radix_computes_under_an_eighth_of_naive(tmp_path, capsys, warmup) -> None:
     """The issue's case, N = 1,024 and 64 requests, on a tiny model: the radix cache computes the
@@ -93,6 +96,7 @@ def test_shared_prefix_refuses_the_other_comparisons(tiny_ckpts) -> None:
         main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--shared-prefix", "16", "--ablate"])
 
 
+@pytest.mark.slow
 def test_repeat_compares_medians_of_fresh_runs(tiny_ckpts, capsys) -> None:
     """`--repeat 3`: each configuration timed three times, each in its own engine (its own
     description line), and the ratio taken between the medians."""

@@ -95,7 +95,8 @@ def test_sampling_params_grammar_fields() -> None:
         assert SamplingParams(**dataclasses.asdict(sp)) == sp
 
 
-@pytest.mark.parametrize("page_size,max_prefill", [(1, 8192), (4, 16)])
+@pytest.mark.parametrize("page_size,max_prefill",
+                         [(1, 8192), pytest.param(4, 16, marks=pytest.mark.slow)])
 def test_mixed_batch_follows_grammars_and_leaves_others_unchanged(path, page_size, max_prefill):
     """Constrained requests of each kind mixed with unconstrained ones, over chunked prefill and
     pages: every constrained output obeys its grammar, the unconstrained tokens are those of a
