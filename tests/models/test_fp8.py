@@ -168,3 +168,15 @@ def test_fp8_linear_is_the_product_of_the_quantized_operands():
     got = fp8_linear(x, wq, w_scale, b)
     torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
     assert (got - x @ w.T - b).abs().max() > 1e-3  # the operands really were rounded to FP8
+
+
+def test_block_fp8_moe_experts_match_transformers(tmp_path):
+    """A Qwen3-MoE whose experts are block FP8 too (as Qwen3-30B-A3B-FP8): the experts' fused
+    weights are dequantized shard by shard like any linear weight."""
+    src = write_tiny_checkpoint("qwen3_moe", tmp_path / "src")
+    path = write_fp8_checkpoint(src, tmp_path / "fp8", "block", ref=tmp_path / "ref")
+    assert "model.layers.0.mlp.experts.3.up_proj.weight_scale_inv" in load_file(
+        str(path / "model.safetensors"))
+    model, _ = load_model(path, torch.float32, "cpu")
+    torch.testing.assert_close(our_logits(model, IDS), hf_logits(tmp_path / "ref", IDS),
+                               atol=1e-4, rtol=0)
