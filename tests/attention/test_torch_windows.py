@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 import torch
+from tests.kernels.kernel_cases import backend_case, run_backend
 
 from radixserve.attention.torch_backend import TorchBackend
 from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
-from tests.kernels.kernel_cases import backend_case, run_backend
 
 CASES = {  # (cached prefix lengths, new tokens)
     "prefix-hits-and-decode": ([700, 0, 40, 33, 5, 2], [40, 300, 1, 2, 1, 1]),
