@@ -68,7 +68,7 @@ GREEDY = [  # (format, cache, page size, max prefill, tp)
     ("block", "radix", 1, 16, 1),
     ("channel", "naive", 16, 8192, 1),
     ("tensor", "radix", 4, 32, 1),
-    ("block", "radix", 4, 32, 2),
+    pytest.param("block", "radix", 4, 32, 2, marks=pytest.mark.slow),  # TP=2 over gloo
 ]
 
 

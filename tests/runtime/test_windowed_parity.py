@@ -67,6 +67,7 @@ def test_warm_radix_cache_gives_transformers_tokens(windowed, reference):
     llm.scheduler.check_integrity()
 
 
+@pytest.mark.slow
 def test_tp2_gives_transformers_tokens(windowed, reference):
     prompts, expected = reference["gemma3"]
     llm = LLM(str(windowed["gemma3"]), tp=2, cache="radix", page_size=4, max_prefill_length=32,
