@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
+
+from radixserve.json_checks import loads_bounded
 
 MAX_TOKEN_ID = 2**31 - 1  # also the largest max_tokens / top_k: every count fits in int32
 MAX_LOGIT_BIAS = 1024  # entries of logit_bias
@@ -119,9 +120,9 @@ class SamplingParams:
                                     "where the output ends")
         if self.json_schema is not None:
             try:
-                json.loads(self.json_schema)
-            except ValueError as e:
-                raise bad("json_schema", f"must be valid JSON ({e})") from None
+                loads_bounded(self.json_schema)
+            except ValueError as e:  # invalid JSON, or nested too deeply for the grammar compiler
+                raise bad("json_schema", f"must be valid JSON of a bounded depth ({e})") from None
 
     @property
     def is_greedy(self) -> bool:

@@ -5,6 +5,8 @@ response, and sets it in `radixserve.logs.request_id` so every line logged while
 request carries it. When the response has ended it logs method, path, status, prompt and
 completion tokens, time to first token and duration; a rejected request (4xx) is a WARNING line
 with the error's message and param, a 5xx an ERROR line. Health and metrics probes log at DEBUG.
+A request whose client left before its response ended is logged as 499 (client closed), whatever
+the handler answered.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ logger = logging.getLogger("radixserve.access")
 _VALID_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # NOTE: never a newline or a quote in a log line
 _PROBES = frozenset({"/health", "/metrics"})
 _ERROR_BODY_LIMIT = 8192
+CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the response ended
 
 
 @dataclass
@@ -73,10 +76,18 @@ class AccessLogMiddleware:
         rid = request_id_from(scope["headers"])
         record = AccessRecord(time.perf_counter())
         rid_token, record_token = request_id.set(rid), current_access.set(record)
-        status, error_body = 0, b""
+        status, error_body, complete, client_left = 0, b"", False, False
+
+        async def receiving() -> Message:
+            nonlocal client_left
+            message = await receive()
+            client_left = client_left or (message["type"] == "http.disconnect" and not complete)
+            return message
 
         async def sending(message: Message) -> None:
-            nonlocal status, error_body
+            nonlocal status, error_body, complete
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message = message | {"headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
@@ -85,9 +96,11 @@ class AccessLogMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         finally:
-            _log(scope, status, record, _error_of(error_body) if status >= 400 else {})
+            if client_left:  # whatever the handler answered, nobody read all of it
+                status = CLIENT_CLOSED
+            _log(scope, status, record, _error_of(error_body) if 400 <= status != CLIENT_CLOSED else {})
             request_id.reset(rid_token)
             current_access.reset(record_token)
 
@@ -97,12 +110,15 @@ def _log(scope: Scope, status: int, record: AccessRecord, error: dict) -> None:
               "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
               "ttft_ms": None if record.ttft_s is None else round(record.ttft_s * 1000, 1),
               "duration_ms": round((time.perf_counter() - record.t0) * 1000, 1)} | error
-    if status >= 500 or status == 0:  # 0: the app ended without a response (cancelled)
+    if status == CLIENT_CLOSED:
+        level = logging.INFO
+    elif status >= 500 or status == 0:  # 0: the app ended without a response (cancelled)
         level = logging.ERROR
     elif status >= 400:
         level = logging.WARNING
     else:
         level = logging.DEBUG if fields["path"] in _PROBES else logging.INFO
     head = {k: fields.pop(k) for k in ("method", "path", "status")}
-    message = f"{head['method']} {head['path']} {status}" + (" rejected" if 400 <= status < 500 else "")
+    outcome = " client closed" if status == CLIENT_CLOSED else " rejected" if 400 <= status < 500 else ""
+    message = f"{head['method']} {head['path']} {status}{outcome}"
     logger.log(level, message, extra={"fields": fields, "message_fields": head})

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.access_log import AccessLogMiddleware
+from radixserve.server.body_guard import BodyGuardMiddleware
 from radixserve.server.constraints import check_json_schema
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.embeddings_api import router as embeddings_router
@@ -55,6 +56,8 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(sglang_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
     install_openapi(app, open_paths, state.api_key is not None)
+    # inside the key check: a keyless caller's body is never read
+    app.add_middleware(BodyGuardMiddleware, max_bytes=state.max_body_bytes, idle_s=state.body_idle_s)
     app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)
     app.add_middleware(CatchAllMiddleware)  # even the key check cannot reset a connection
     app.add_middleware(AccessLogMiddleware)  # outermost: every request gets its id and its line

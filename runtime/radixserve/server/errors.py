@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 422: "invalid_request_error", 503: "service_unavailable"}
+          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+          422: "invalid_request_error", 503: "service_unavailable"}
 _ECHO_CHARS = 40
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic union-branch names
 
@@ -47,7 +49,7 @@ def _most_specific(errors: list[dict]) -> dict:
     return max(errors, key=lambda e: (not str(e.get("type", "")).endswith("_type"), len(e.get("loc", ()))))
 
 
-def _validation(exc: RequestValidationError) -> APIError:
+def _validation(exc: RequestValidationError | ValidationError) -> APIError:
     errors = list(exc.errors())
     err = _most_specific(errors) if errors else {}
     if err.get("type") == "json_invalid":
@@ -69,6 +71,22 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(_validation(exc))
+
+    # A handler that validates a model it builds itself (the Responses API's chat request) raises
+    # pydantic's own error: the client's input at fault, as for the body's
+    @app.exception_handler(ValidationError)
+    async def _built_invalid(_: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(_validation(exc))
+
+    # NOTE: bad input that escaped the edge's checks (body_guard.py bounds depth and text): the
+    # request's fault, never a 500
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        return error_response(APIError(400, "the request nests too deeply"))
+
+    @app.exception_handler(UnicodeError)
+    async def _bad_text(_: Request, exc: UnicodeError) -> JSONResponse:
+        return error_response(APIError(400, "the request holds text that is not valid Unicode"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -27,6 +27,7 @@ from radixserve.messages import (
 )
 from radixserve.server.errors import APIError
 from radixserve.server.metrics import ServerMetrics
+from radixserve.server.prompt_bound import PromptBound
 
 logger = logging.getLogger("radixserve.server")
 _LIVENESS_S = 1.0
@@ -94,6 +95,7 @@ class Frontend:
         self.step_age = 0.0  # seconds the scheduler's current loop iteration has run, per its heartbeat
         self.failure: str | None = None
         self.drain_deadline: float | None = None  # monotonic; set when a graceful shutdown starts
+        self.prompt_bound: PromptBound | None = None  # set once the children report the context
 
     def start(self) -> None:
         """Bind the sockets and start routing; call inside the server's event loop."""
@@ -118,6 +120,9 @@ class Frontend:
     async def submit(self, msgs: list[TokenizeMsg]) -> RequestStream:
         if self.failure:
             raise APIError(503, f"the server is failing: {self.failure}")
+        if self.prompt_bound is not None:  # before any tokenizing: a 40 MB prompt costs minutes
+            for m in msgs:
+                self.prompt_bound.check(m.text, m.chat)
         try:  # all or nothing: no sub-request is queued unless every one can be sent
             frames = [encode(m) for m in msgs]
         except (OverflowError, TypeError, ValueError) as e:
@@ -137,6 +142,8 @@ class Frontend:
         """`/tokenize` or `/detokenize` through a tokenizer process; APIError if it cannot answer."""
         if self.failure:
             raise APIError(503, f"the server is failing: {self.failure}")
+        if self.prompt_bound is not None and msg.op == "tokenize":
+            self.prompt_bound.check(msg.text, msg.chat)
         queue: asyncio.Queue = asyncio.Queue()
         self.routes[msg.uid] = queue
         try:

@@ -3,6 +3,7 @@ acknowledge, then serve HTTP until a signal (graceful: in-flight requests finish
 `shutdown_timeout`) or a child's death (logged; `/health` turns 503 and the process exits 1)."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import multiprocessing as mp
@@ -25,14 +26,19 @@ from radixserve.models.generation import sampling_defaults
 from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_process
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
+from radixserve.server.http_protocol import header_timeout_protocol
 from radixserve.server.metrics import ServerMetrics
+from radixserve.server.prompt_bound import PromptBound
 from radixserve.server.sglang_api import ServerInfo
+from radixserve.server.startup_responder import StartupResponder
 from radixserve.server.state import ServerState
 from radixserve.tokenizer.worker import run_tokenizer_process
 
 logger = logging.getLogger("radixserve.server")
-_DEATH_TO_EXIT_S = 1.0  # keep answering /health with 503 this long before stopping
-_EXIT_BACKSTOP_S = 5.0
+_DEATH_TO_EXIT_S = 0.5  # keep answering /health with 503 this long before stopping
+_EXIT_BACKSTOP_S = 1.5  # after a child's death uvicorn gets this long to stop, then the process exits
+_CHILD_GRACE_S = 1.5  # children get this long to leave after SIGTERM, then SIGKILL
+_DRAIN_REPORT_S = 2.0
 _DRAIN_MARGIN_S = 2.0  # streams still running this long before the graceful timeout get an error
 
 
@@ -72,18 +78,23 @@ def _wait_for_acks(children: list, ack, timeout: float) -> dict:
     return info
 
 
-def _stop_children(children: list, grace_s: float = 5.0) -> None:
-    """SIGTERM every child, then SIGKILL whatever still runs once `grace_s` (shared) has passed."""
-    for child in children:
-        if child.is_alive():
-            child.terminate()
+def _stop_children(children: list, grace_s: float = _CHILD_GRACE_S) -> None:
+    """SIGTERM every child, then SIGKILL whatever still runs once `grace_s` (shared) has passed.
+    NOTE: nothing a child holds outlives it (KV, weights), so a short grace loses nothing."""
+    running = [c for c in children if c.is_alive()]
+    if not running:
+        return
+    logger.info("stopping %s", ", ".join(f"{c.name} (pid {c.pid})" for c in running))
+    for child in running:
+        child.terminate()
     deadline = time.monotonic() + grace_s
-    for child in children:
+    for child in running:
         child.join(timeout=max(0.0, deadline - time.monotonic()))
-    for child in children:
+    for child in running:
         if child.is_alive():
+            logger.warning("%s (pid %d) did not stop within %.1fs of SIGTERM; killing it", child.name, child.pid, grace_s)
             child.kill()
-            child.join(timeout=5)
+            child.join(timeout=2)
 
 
 def _supervise(children: list, state: ServerState, server: uvicorn.Server) -> None:
@@ -97,10 +108,14 @@ def _supervise(children: list, state: ServerState, server: uvicorn.Server) -> No
     state.dead_child = f"{dead.name} (exit code {dead.exitcode})"
     if state.loop is not None:
         state.loop.call_soon_threadsafe(state.frontend.fail, state.dead_child)
-    time.sleep(_DEATH_TO_EXIT_S)
-    server.should_exit = True
+    time.sleep(_DEATH_TO_EXIT_S)  # the requests in flight end with their 503 meanwhile
+    server.should_exit = True  # quick: every request in flight has failed, so nothing drains
     time.sleep(_EXIT_BACKSTOP_S)  # uvicorn did not stop: leave anyway, with the failure code
-    _stop_children(children)
+    logger.error("the server did not stop within %.1fs of a child's death; exiting", _EXIT_BACKSTOP_S)
+    for child in children:
+        if child.is_alive():
+            child.kill()
+    logging.shutdown()
     os._exit(1)
 
 
@@ -118,6 +133,31 @@ class _DrainingServer(uvicorn.Server):
             self.state.frontend.drain_deadline = time.monotonic() + max(1, int(self.drain_s)) - margin
         super().handle_exit(sig, frame)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's drain, with a line saying why it stops and, while requests remain, which."""
+        if self.state.dead_child:
+            logger.error("radixserve: shutting down: child process %s died", self.state.dead_child)
+        else:
+            why = ", ".join(signal.Signals(s).name for s in self._captured_signals) or "asked to stop"
+            logger.info("radixserve: shutting down (%s); requests in flight get up to %ds to finish",
+                        why, max(1, int(self.drain_s)))
+        reporter = asyncio.ensure_future(self._report_drain())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            reporter.cancel()
+
+    async def _report_drain(self) -> None:
+        t0 = time.monotonic()
+        while True:
+            running = [f"{c.cycle.scope['method']} {c.cycle.scope['path']}" for c in self.server_state.connections
+                       if getattr(c, "cycle", None) is not None and not c.cycle.response_complete]
+            if running:
+                logger.info("waiting for %d request(s) in flight to finish: %s (%.0fs of %ds passed)",
+                            len(running), ", ".join(sorted(running)[:8]), time.monotonic() - t0,
+                            max(1, int(self.drain_s)))
+            await asyncio.sleep(_DRAIN_REPORT_S)
+
 
 def _server_info(cfg: ServerConfig, name: str, model_path: str, ack: dict) -> ServerInfo:
     model_type, archs = ServerInfo.read_model_config(model_path)
@@ -134,10 +174,11 @@ def _raise_exit(*_) -> None:
 
 
 def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: socket.socket | None = None,
-          model_path: str | None = None) -> int:
+          model_path: str | None = None, loading: StartupResponder | None = None) -> int:
     """Run the server until it is stopped; 0 after a clean shutdown, 1 after a child died. `sock`:
     the listening socket the CLI bound before any work (else uvicorn binds one once ready); `model_path`: the
-    resolved model directory (else resolved here)."""
+    resolved model directory (else resolved here); `loading`: what answers on `sock` until now,
+    stopped just before the server takes the socket."""
     signal.signal(signal.SIGTERM, _raise_exit)  # during startup: clean up, then leave
     t0 = time.perf_counter()
     model_path = model_path or str(resolve_model_path(cfg.engine.model))
@@ -162,7 +203,9 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
                             tool_parser=None if parser == "none" else parser,
                             reasoning_parser=cfg.reasoning_parser,
                             sampling_defaults=(sampling_defaults(model_path)
-                                               if cfg.sampling_defaults == "model" else {}))
+                                               if cfg.sampling_defaults == "model" else {}),
+                            max_body_bytes=cfg.max_request_body_bytes, body_idle_s=cfg.body_timeout)
+        state.frontend.prompt_bound = PromptBound(info["max_seq_len"], info["max_token_chars"])
         state.server_info = _server_info(cfg, name, model_path, info)
         if state.sampling_defaults:
             logger.info("sampling defaults from the model's generation_config.json for requests "
@@ -172,11 +215,15 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
                     else "not parsed (no tool-call format in the chat template)")
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(
             create_app(state), host=cfg.host, port=cfg.port, log_config=None, access_log=False,
-            timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout))))
+            timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout)),
+            http=header_timeout_protocol(cfg.header_timeout), timeout_keep_alive=max(1, int(cfg.keep_alive_timeout)),
+            limit_concurrency=cfg.max_connections))
         threading.Thread(target=_supervise, args=(children, state, server), daemon=True).start()
         for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal after its drain
             signal.signal(sig, lambda *_: None)
         logger.info("radixserve: serving %s on http://%s:%d", name, cfg.host, cfg.port)
+        if loading is not None:
+            loading.stop()
         server.run(sockets=[sock] if sock is not None else None)
         return 1 if state.dead_child else 0
     finally:

@@ -14,9 +14,10 @@ from radixserve.server.errors import error_body
 logger = logging.getLogger("radixserve.server")
 
 
-async def _send_error(send: Send, status: int, message: str, code: str | None = None,
-                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps(error_body(status, message, None, code)).encode()
+async def send_error(send: Send, status: int, message: str, code: str | None = None,
+                     headers: list[tuple[bytes, bytes]] | None = None, param: str | None = None) -> None:
+    """An OpenAI-style error response, sent by an ASGI layer before any handler runs."""
+    body = json.dumps(error_body(status, message, param, code)).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
@@ -41,7 +42,7 @@ class AuthMiddleware:
         refusal = self._refusal(scope)
         if refusal is None:
             return await self.app(scope, receive, send)
-        await _send_error(send, 401, refusal, "invalid_api_key", [(b"www-authenticate", b"Bearer")])
+        await send_error(send, 401, refusal, "invalid_api_key", [(b"www-authenticate", b"Bearer")])
 
 
 class CatchAllMiddleware:
@@ -63,6 +64,6 @@ class CatchAllMiddleware:
         except Exception:
             logger.exception("internal error serving %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _send_error(send, 500, "internal server error")
+                await send_error(send, 500, "internal server error")
             else:  # end the half-sent response cleanly rather than resetting the connection
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 # No heartbeat for this long: the scheduler process is dead or frozen (its heartbeat thread runs
 # whatever its loop does). One loop iteration running this long: the scheduler is stuck.
 DEFAULT_MAX_TOKENS = 2048
+DEFAULT_MAX_BODY_BYTES = 32 << 20  # a full 128k-token context as JSON text fits many times
+DEFAULT_BODY_IDLE_S = 30.0
 
 
 @dataclass
@@ -39,6 +41,8 @@ class ServerState:
     shutting_down: bool = False
     loop: asyncio.AbstractEventLoop | None = None  # the server's, for the supervisor thread
     probe: asyncio.Future | None = None  # the /health_generate generation in progress
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body gets a 413 (body_guard.py)
+    body_idle_s: float | None = DEFAULT_BODY_IDLE_S  # a body stalled this long gets a 408
     server_info: ServerInfo | None = None  # the configuration a gateway reads (`sglang_api.py`)
 
     def unhealthy_reason(self) -> str | None:

@@ -25,6 +25,7 @@ from radixserve.messages import (
     send,
 )
 from radixserve.server.auto_tool_parsers import detect_tool_parser
+from radixserve.tokenizer.bounds import longest_token_chars
 from radixserve.tokenizer.detokenize import DetokenizeManager
 from radixserve.tokenizer.load import load_tokenizer
 from radixserve.tokenizer.tokenize import TokenizeManager
@@ -111,5 +112,6 @@ def run_tokenizer_process(
     worker = TokenizerWorker(tokenizer, zmq.Context(), addrs, tokenize, detokenize)
     logger.info("tokenizer loaded in %.1fs", time.perf_counter() - t0)
     # the API parses tool calls in the format the chat template teaches (it loads no tokenizer)
-    ack_queue.put((name, {"tool_parser": detect_tool_parser(getattr(tokenizer, "chat_template", None))}))
+    ack_queue.put((name, {"tool_parser": detect_tool_parser(getattr(tokenizer, "chat_template", None)),
+                          "max_token_chars": longest_token_chars(tokenizer)}))
     worker.run_forever(parent_pid)

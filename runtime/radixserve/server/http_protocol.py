@@ -1,0 +1,61 @@
+"""uvicorn's h11 protocol with a header timeout: a connection must send a request's whole header
+block within `header_timeout_s` of opening (or of its first byte after a keep-alive pause), else it
+is closed. uvicorn bounds only the idle time between requests (`timeout_keep_alive`), so without
+this hundreds of connections that send no or half a header block are held forever (slowloris)."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger("radixserve.server")
+
+
+class HeaderTimeoutProtocol(H11Protocol):
+    def __init__(self, *args: Any, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout_s = header_timeout_s
+        self.header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        cycle = self.cycle
+        super().data_received(data)
+        if self.cycle is not cycle:  # a request's headers are complete
+            self._disarm()
+        elif self.header_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request on a keep-alive connection
+
+    def on_response_complete(self) -> None:
+        self._disarm()  # from here uvicorn's keep-alive timeout bounds the wait for the next request
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self.header_timer = self.loop.call_later(self.header_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _expired(self) -> None:
+        self.header_timer = None
+        if not self.transport.is_closing():
+            logger.debug("closing a connection that sent no complete request header in %gs", self.header_timeout_s)
+            self.transport.close()
+
+
+def header_timeout_protocol(header_timeout_s: float) -> Any:
+    """The `http` argument of `uvicorn.Config`: the h11 protocol with this header timeout."""
+    return functools.partial(HeaderTimeoutProtocol, header_timeout_s=header_timeout_s)
