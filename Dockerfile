@@ -2,6 +2,7 @@
 #   runtime      Ubuntu + torch's CUDA wheels, radixserve[gpu]  ghcr.io/radixserve/radixserve:0.1.0
 #   runtime-cpu  slim Python, CPU torch (laptops, kind)         ghcr.io/radixserve/radixserve:0.1.0-cpu
 #   operator     slim Python, radixserve[operator]              ghcr.io/radixserve/radixserve-operator:0.1.0
+#   router       slim Python, the SGLang model gateway (smg)    ghcr.io/radixserve/radixserve-router:0.1.0
 # e.g.  docker build --target runtime-cpu -t ghcr.io/radixserve/radixserve:0.1.0-cpu .
 # Without Docker (buildah, a local Debian base, a pinned wheelhouse): python3 -m scripts.images build
 # Base images are build args (PYTHON_IMAGE, GPU_BASE_IMAGE). Dependencies go into /opt/venv in a
@@ -33,6 +34,8 @@ ARG CUDA_VERSION=13.0
 ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu130
 ARG FLASHINFER_VERSION=0.5.3
 ARG FLASHINFER_INDEX=https://flashinfer.ai/whl/cu130
+# The SGLang model gateway of spec.router: a Rust binary in a wheel from PyPI
+ARG SMG_VERSION=1.13.0
 
 # ---------------------------------------------------------------- requirement lists
 # From pyproject.toml alone, so a source change never reinstalls a dependency.
@@ -153,6 +156,17 @@ RUN python -m ensurepip \
  && python -m pip install --no-deps --target /opt/app /wheels/radixserve-*.whl \
  && python -c "import radixserve_operator, kopf"
 
+# ---------------------------------------------------------------- router: the gateway alone
+# No radixserve in it: the gateway talks to the servers over HTTP only.
+FROM ${PYTHON_IMAGE} AS router-builder
+ARG PIP_CONFIG_FILE
+ARG SMG_VERSION
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install "smg==${SMG_VERSION}" \
+ && /opt/venv/bin/smg --version \
+ && /opt/venv/bin/pip uninstall -y pip setuptools wheel
+
 # ================================================================ final stages
 FROM ${PYTHON_IMAGE} AS runtime-cpu
 ENV DEBIAN_FRONTEND=noninteractive
@@ -227,3 +241,14 @@ USER 1000:1000
 EXPOSE 8080
 ENTRYPOINT ["radixserve-operator"]
 CMD ["--all-namespaces"]
+
+FROM ${PYTHON_IMAGE} AS router
+RUN groupadd --gid 1000 radixserve \
+ && useradd --uid 1000 --gid 1000 --no-create-home --home-dir /nonexistent radixserve
+COPY --from=router-builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+USER 1000:1000
+EXPOSE 8000 29000
+# the operator's router pods set `args` only: `launch --service-discovery ...` (router.py)
+ENTRYPOINT ["smg"]
+CMD ["launch", "--help"]

@@ -1,7 +1,8 @@
 """Every object an InferenceService owns: the workload (a Deployment, or a StatefulSet for a PVC
 per replica) and the Service (`builders`), the NetworkPolicy of its pods (`network`, unless the
 operator's settings turn it off), and the optional children its spec may ask for — a
-PodDisruptionBudget, and an autoscaler (an `autoscaling/v2` HPA or a KEDA ScaledObject) whose
+PodDisruptionBudget, the router (`router`, NAME-router), and an autoscaler (an `autoscaling/v2`
+HPA or a KEDA ScaledObject) whose
 target is the InferenceService itself. Pure: no cluster access; owner references are added by the
 handlers."""
 
@@ -18,6 +19,7 @@ from radixserve_operator.builders import (
     workload_kind,
 )
 from radixserve_operator.network import build_network_policy
+from radixserve_operator.router import build_router
 from radixserve_operator.settings import OperatorSettings
 from radixserve_operator.spec import ServiceSpec
 
@@ -147,4 +149,6 @@ def build_all(
         out.append(build_hpa(spec))
     if spec.autoscaling and spec.autoscaling.engine == "keda":
         out.append(build_scaled_object(spec))
+    if spec.router.enabled:
+        out += build_router(spec)
     return out

@@ -494,6 +494,31 @@ def _network_policy() -> dict[str, Any]:
     )
 
 
+ROUTER_POLICIES = ["cache_aware", "round_robin", "power_of_two"]
+
+
+def _router() -> dict[str, Any]:
+    return _obj(
+        {
+            "enabled": {"type": "boolean", "default": False},
+            "policy": _str(
+                enum=ROUTER_POLICIES,
+                default="cache_aware",
+                description="cache_aware: a request goes to the replica whose cache holds the "
+                "longest part of its prompt (load permitting); round_robin: in turn; "
+                "power_of_two: the less loaded of two replicas drawn at random.",
+            ),
+            "replicas": _int(1, default=1),
+            "resources": _resources("The router container's; default: 500m CPU, 512Mi memory."),
+            "image": _str(minLength=1, description="Default: the operator's router image."),
+        },
+        default={},
+        description="A cache-aware router (the SGLang model gateway) in front of the replicas, "
+        "as NAME-router (Deployment, Service and a ServiceAccount that may list and watch pods); "
+        "status.endpoint then names it. It routes only to Ready replicas.",
+    )
+
+
 def _disruption_budget() -> dict[str, Any]:
     return _obj(
         {
@@ -647,6 +672,7 @@ def _spec() -> dict[str, Any]:
             ),
             "env": _env_list(),
             "networkPolicy": _network_policy(),
+            "router": _router(),
             "disruptionBudget": _disruption_budget(),
             "autoscaling": _autoscaling(),
         },

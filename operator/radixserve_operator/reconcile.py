@@ -36,6 +36,7 @@ from radixserve_operator.modelconfig import (
 )
 from radixserve_operator.podsecurity import check_pod_template
 from radixserve_operator.references import check_references
+from radixserve_operator.router import ROUTER_KINDS, router_name
 from radixserve_operator.settings import OperatorSettings
 from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
@@ -204,7 +205,7 @@ def _apply_plan(
                 scaler_problem = _missing_api_message(obj, e)
                 continue
             if obj["kind"] in WORKLOAD_KINDS:
-                key = (obj["kind"], spec.namespace, spec.name)
+                key = (obj["kind"], spec.namespace, obj["metadata"]["name"])  # NAME-router too
                 _applied[key] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
         _mark_blocked(client, body, str(e))
@@ -318,15 +319,17 @@ def _delete_unwanted(client: ClusterClient, body: dict[str, Any], objects: list[
     """Delete the optional children of ours (owner reference to this resource) that the spec no
     longer asks for: a PDB for one replica, an autoscaler the user removed or swapped."""
     meta = body["metadata"]
-    wanted = {(o["apiVersion"], o["kind"]) for o in objects}
-    for api_version, kind in OPTIONAL_KINDS:
-        if (api_version, kind) in wanted:
+    wanted = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in objects}
+    router = router_name(meta["name"])
+    candidates = [(a, k, meta["name"]) for a, k in OPTIONAL_KINDS] + [(a, k, router) for a, k in ROUTER_KINDS]
+    for api_version, kind, name in candidates:
+        if (api_version, kind, name) in wanted:
             continue
-        found = client.get(api_version, kind, meta["namespace"], meta["name"])
+        found = client.get(api_version, kind, meta["namespace"], name)
         refs = ((found or {}).get("metadata") or {}).get("ownerReferences") or ()
         if any(r.get("uid") == meta.get("uid") and r.get("controller") for r in refs):
-            client.delete(api_version, kind, meta["namespace"], meta["name"])
-            log.info("%s/%s: deleted %s (no longer in the spec)", meta["namespace"], meta["name"], kind)
+            client.delete(api_version, kind, meta["namespace"], name)
+            log.info("%s/%s: deleted %s %s (no longer in the spec)", meta["namespace"], meta["name"], kind, name)
 
 
 def _set_autoscaling_condition(

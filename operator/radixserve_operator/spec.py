@@ -15,6 +15,7 @@ from typing import Any
 from radixserve_operator.crd import (
     PAGE_SIZES,
     PER_REPLICA_ROLLOUT,
+    ROUTER_POLICIES,
     SELECTOR_LABEL_KEYS,
     TP_SIZES,
     spec_schema,
@@ -197,6 +198,17 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class RouterSpec:
+    """spec.router: the SGLang model gateway in front of the replicas (`router.py`)."""
+
+    enabled: bool = False
+    policy: str = "cache_aware"  # ROUTER_POLICIES
+    replicas: int = 1
+    resources: dict[str, Any] = field(default_factory=dict)
+    image: str | None = None  # default: the operator's router image
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     name: str
     namespace: str
@@ -228,6 +240,7 @@ class ServiceSpec:
     autoscaling: AutoscalingSpec | None = None
     allow_unauthenticated: bool = False  # spec.service.allowUnauthenticated
     network: NetworkSpec = NetworkSpec()
+    router: RouterSpec = RouterSpec()
 
     @property
     def exposed(self) -> bool:
@@ -509,6 +522,23 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
         autoscaling=_autoscaling(raw.get("autoscaling"), settings),
         allow_unauthenticated=bool(raw["service"].get("allowUnauthenticated", False)),
         network=_network(raw.get("networkPolicy")),
+        router=_router(raw.get("router")),
+    )
+
+
+def _router(raw: dict[str, Any] | None) -> RouterSpec:
+    raw = raw or {}
+    policy = raw.get("policy", "cache_aware")
+    if policy not in ROUTER_POLICIES:
+        raise SpecError(f"spec.router.policy must be one of {', '.join(ROUTER_POLICIES)}, got {policy!r}")
+    if int(raw.get("replicas", 1)) < 1:
+        raise SpecError(f"spec.router.replicas must be at least 1, got {raw['replicas']}")
+    return RouterSpec(
+        enabled=bool(raw.get("enabled", False)),
+        policy=policy,
+        replicas=int(raw.get("replicas", 1)),
+        resources=copy.deepcopy(raw.get("resources") or {}),
+        image=raw.get("image"),
     )
 
 

@@ -204,8 +204,10 @@ def compute_status(
     )
     generation = int(meta.get("generation") or 1)
     port = (spec.get("service") or {}).get("port", 8000)
+    # with spec.router on, clients go through it (router.py names it NAME-router)
+    host = f"{meta['name']}-router" if (spec.get("router") or {}).get("enabled") else meta["name"]
     status: dict[str, Any] = {
-        "endpoint": f"http://{meta['name']}.{meta.get('namespace', 'default')}.svc:{port}/v1",
+        "endpoint": f"http://{host}.{meta.get('namespace', 'default')}.svc:{port}/v1",
         "selector": selector_string(meta["name"]),
     }
     for key in ("tensorParallelSize", "gpusPerReplica"):

@@ -20,7 +20,12 @@ WORKLOAD_ACCESS = {
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get"},  # a shared cache claim's access modes
-    ("", "services"): {"get", "list", "watch", "create", "patch"},  # watched: a deleted one returns
+    # watched: a deleted one returns; delete: spec.router's NAME-router when the router is turned off
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    # spec.router: its account and a Role that lists and watches pods (held by the operator too)
+    ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
     ("", "pods"): {"list", "watch"},
     ("", "events"): {"create"},
     # optional children: server-side apply, and get + delete when the spec stops asking for one
@@ -38,6 +43,10 @@ DELETABLE = {
     ("autoscaling", "horizontalpodautoscalers"),
     ("keda.sh", "scaledobjects"),
     ("networking.k8s.io", "networkpolicies"),
+    ("", "services"),  # the router's objects, when spec.router is turned off
+    ("", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
 }
 NODE_READ = {("", "nodes"): {"list"}}
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}

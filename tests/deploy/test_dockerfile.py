@@ -229,3 +229,22 @@ def test_image_users_match_the_pods_that_run_them(render) -> None:
     assert _uid("runtime") == _uid("runtime-cpu") == RUN_AS
     pod = next(o for o in render() if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsUser"] == _uid("operator")
+
+
+def test_router_target_is_the_gateway_alone() -> None:
+    """spec.router's image: smg pinned from PyPI into a venv, no radixserve, uid 1000 (the
+    router pods' runAsUser), `smg` as ENTRYPOINT so the operator's `args` (`launch ...`) run it."""
+    from radixserve_operator.router import DEFAULT_ROUTER_IMAGE
+
+    stage = DF.stages["router"]
+    assert [c.value[0] for c in stage.all("COPY")] == ["/opt/venv"]
+    assert _copied_from("router", "/opt/venv") == "router-builder"
+    runs = " ".join(" ".join(c.value) for c in DF.stages["router-builder"].all("RUN"))
+    assert 'pip install "smg==${SMG_VERSION}"' in runs and "radixserve" not in runs
+    assert re.fullmatch(r"\d+\.\d+\.\d+", DF.global_args["SMG_VERSION"])
+    assert "PIP_CONFIG_FILE" in [c.value[0] for c in DF.stages["router-builder"].all("ARG")]
+    (entry,) = stage.all("ENTRYPOINT")
+    assert entry.json and entry.value == ("smg",)
+    assert stage.all("USER")[-1].value[0] == "1000:1000"
+    assert "pip install" not in " ".join(" ".join(c.value) for c in stage.all("RUN"))
+    assert DEFAULT_ROUTER_IMAGE.startswith("ghcr.io/radixserve/radixserve-router:")
