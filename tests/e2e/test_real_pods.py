@@ -18,7 +18,8 @@ from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
 from tests.e2e.kind_cluster import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.node]
+# The first test also waits for the stack: image builds and imports (minutes on a cold cache).
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
 
 SAMPLE = REPO / "manifests" / "samples" / "inferenceservice-cpu.yaml"
 NAME = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
