@@ -21,12 +21,14 @@ CHECKS: dict[str, list[list[str]]] = {
     "radixserve-operator": [
         ["python", "-c", "import radixserve_operator, kopf; print('kopf', kopf.__version__)"],
         ["python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None"],
+        ["radixserve-operator", "--help"],  # the entry point's script, on PATH, in the venv
     ],
 }
 
 
-def verify(name: str, timeout: float = 900) -> str:
-    """Run the image's checks; their output, joined. Raises ImageBuildError when one fails."""
+def verify(name: str, timeout: float = 900) -> list[str]:
+    """Run the image's checks; the output of each. Raises ImageBuildError when one fails, and
+    AssertionError when the CPU image's completion lacks EXPECTED."""
     tag = IMAGES[name].tag
     ctr = buildah.call(["buildah", "from", "--pull=never", tag]).stdout.strip().splitlines()[-1]
     outputs = []
@@ -34,10 +36,11 @@ def verify(name: str, timeout: float = 900) -> str:
         for argv in CHECKS[name]:
             log(f"verify {name}: {' '.join(argv)}")
             out = buildah.call(buildah.run_command(ctr, argv), timeout=timeout).stdout.strip()
-            log(f"verify {name}:   -> {out.splitlines()[-1] if out else '(no output)'}")
+            shown = " | ".join(ln.strip() for ln in out.splitlines() if ln.strip())
+            log(f"verify {name}:   -> {shown[:160] or '(no output)'}")
             outputs.append(out)
     finally:
         subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False)
     if name == "radixserve-cpu" and EXPECTED not in outputs[-1]:
         raise AssertionError(f"{PROMPT!r} -> {outputs[-1]!r}: expected {EXPECTED!r}")
-    return "\n".join(outputs)
+    return outputs
