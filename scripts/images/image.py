@@ -4,15 +4,18 @@ unchanged."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import buildah
 from .base import ensure_base
 from .cachekey import files_digest, image_key
 from .context import context_files, with_dockerfile
-from .paths import REPO, archives_dir, logs_dir, wheelhouse
+from .paths import REPO, archives_dir, cache_root, logs_dir, wheelhouse
 from .progress import fmt, log, run_logged
 from .specs import BASE_TAG, IMAGES, ImageSpec
 from .tools import ensure_tools
@@ -43,11 +46,31 @@ def is_current(archive: Path, key: str) -> bool:
     return archive.is_file() and stamp.is_file() and stamp.read_text() == key
 
 
+@contextlib.contextmanager
+def _exclusive() -> Iterator[None]:
+    """One build at a time across processes (a test and `make images` may both ask): they share
+    the base, the wheelhouse and each archive's `.part` file."""
+    lock = cache_root() / ".build.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another build holds the images' cache; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def build(name: str, force: bool = False) -> Path:
     """The archive of image `name` (a key of specs.IMAGES), built if its inputs changed."""
     if name not in IMAGES:
         raise KeyError(f"no image {name!r}; choose from {', '.join(IMAGES)}")
-    spec = IMAGES[name]
+    with _exclusive():
+        return _build(IMAGES[name], force)
+
+
+def _build(spec: ImageSpec, force: bool) -> Path:
+    name = spec.name
     t0 = time.monotonic()
     ensure_tools()
     base_key = ensure_base()

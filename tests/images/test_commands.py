@@ -159,3 +159,18 @@ def test_image_list_is_what_the_cluster_loads() -> None:
     assert {s.tag for s in IMAGES.values()} == {"localhost/radixserve-cpu:dev",
                                                 "localhost/radixserve-operator:dev"}
     assert {s.target for s in IMAGES.values()} == {"runtime-cpu", "operator"}
+
+
+def test_builds_hold_one_lock_across_processes(cache: Path) -> None:
+    probe = ("import fcntl, sys; f = open(sys.argv[1], 'w')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "except BlockingIOError:\n    print('held')\n")
+    lock = cache / ".build.lock"
+
+    def other_process_sees() -> str:
+        return subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    with image._exclusive():
+        assert other_process_sees() == "held"
+    assert other_process_sees() == "free"
