@@ -35,7 +35,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if "kernel_sweep" in (config.option.markexpr or ""):
         return
-    swept = [i for i in items if i.get_closest_marker("kernel_sweep")]
+    named = {a.split("[")[0] for a in config.args if "::" in a}  # a case asked for by name runs
+    swept = [i for i in items if i.get_closest_marker("kernel_sweep")
+             and i.nodeid.split("[")[0] not in named]
     if swept:
         config.hook.pytest_deselected(items=swept)
-        items[:] = [i for i in items if not i.get_closest_marker("kernel_sweep")]
+        gone = set(map(id, swept))
+        items[:] = [i for i in items if id(i) not in gone]
