@@ -404,7 +404,8 @@ def down(root: Path | None = None, quiet: bool = False) -> list[str]:
         return stopped
     left: list[str] = []
     with procs.locked(state / ".lock"):
-        if node.is_on(state) or any(procs.running(state, n, n) for n in node.ORDER):
+        had_node = node.is_on(state) or any(procs.running(state, n, n) for n in node.ORDER)
+        if had_node:
             api = _api(state)
             left = node.down(state, api, SERVICE_CIDR, (kwok.POD_CIDR_BESIDE_NODE,),
                              lambda msg: None if quiet else print(f"[cluster] node: {msg}",
@@ -414,7 +415,8 @@ def down(root: Path | None = None, quiet: bool = False) -> list[str]:
                 stopped.append(name)
                 if not quiet:
                     print(f"[cluster] stopped {name}", flush=True)
-        left += node.leftovers(state)
+        if had_node:  # (a node of another state dir is not this cluster's to judge)
+            left += node.leftovers(state)
         shutil.rmtree(state, ignore_errors=True)
     if left:
         raise ClusterError("the real node left these behind:\n  " + "\n  ".join(sorted(set(left))))

@@ -115,6 +115,7 @@ def _local_stack() -> Iterator[Stack]:
         kubectl = Kubectl(kubeconfig, kubectl_bin)
         stack = Stack(None, kubectl, OPERATOR_NS, SERVING_NS, kubeconfig)
         try:
+            _remove_earlier_run(stack)  # a kept cluster (RADIXSERVE_E2E_KEEP=1) is reused
             _install_chart(stack)
             kubectl("create", "namespace", stack.serving_ns)
             yield stack
@@ -125,6 +126,13 @@ def _local_stack() -> Iterator[Stack]:
             kubectl("delete", "namespace", stack.serving_ns, "--timeout=180s", check=False,
                     timeout=240)
             _uninstall_chart(stack)
+
+
+def _remove_earlier_run(stack: Stack) -> None:
+    # the serving namespace goes first, while an operator is still there to let its objects go
+    stack.kubectl("delete", "namespace", stack.serving_ns, "--ignore-not-found", "--timeout=180s",
+                  timeout=240)
+    _uninstall_chart(stack)
 
 
 def _uninstall_chart(stack: Stack) -> None:

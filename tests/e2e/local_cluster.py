@@ -27,20 +27,21 @@ def unavailable_reason() -> str | None:
 
 
 def load_images(state: Path) -> None:
-    """Build (cached) and import each image the suite runs, unless the node has it already."""
+    """Build (cached) and import each image the suite runs, unless the node's image store (which
+    outlives the cluster) already holds that very build."""
     from scripts import images
     from scripts.cluster import node
 
     for name, tags in IMAGES.items():
         archive = images.build(name)
-        built = images.IMAGES[name].tag
-        stamp = state / "node" / f"imported-{name}"
-        if node.has_image(state, tags[0]) and stamp.is_file() and \
-                stamp.read_text() == str(archive.stat().st_mtime_ns):
+        key = archive.with_suffix(".key").read_text()
+        stamp = node.layout(state).images / f"imported-{name}"
+        if stamp.is_file() and stamp.read_text() == key and all(
+                node.has_image(state, tag) for tag in tags):
             continue
         print(f"[real pods] importing {archive} into the node's containerd", flush=True)
-        node.import_image(state, archive, built, tags)
-        stamp.write_text(str(archive.stat().st_mtime_ns))
+        node.import_image(state, archive, images.IMAGES[name].tag, tags)
+        stamp.write_text(key)
 
 
 @contextlib.contextmanager
