@@ -23,9 +23,21 @@ from pathlib import Path
 
 from . import build, node_net, procs
 from .kube import Api, ApiError, http_ok
-from .node_config import (DNS_READY_PORT, KUBELET_HEALTHZ_PORT, NODE_IP, NODE_NAME, RUN_DIR,
-                          SANDBOX_IMAGE, Layout, cni_conflist, containerd_toml, corefile,
-                          kube_proxy_yaml, kubelet_yaml, resolv_conf)
+from .node_config import (
+    DNS_READY_PORT,
+    KUBELET_HEALTHZ_PORT,
+    NODE_IP,
+    NODE_NAME,
+    RUN_DIR,
+    SANDBOX_IMAGE,
+    Layout,
+    cni_conflist,
+    containerd_toml,
+    corefile,
+    kube_proxy_yaml,
+    kubelet_yaml,
+    resolv_conf,
+)
 
 ENV_NODE = "RADIXSERVE_CLUSTER_NODE"
 ORDER = ("containerd", "coredns", "kube-proxy", "kubelet")

@@ -11,7 +11,6 @@ import tarfile
 from pathlib import Path
 
 import yaml
-
 from scripts.cluster import kwok, node, node_config
 from scripts.cluster.controlplane import _apiserver_network
 from scripts.cluster.pki import NODE_IP, Pki
