@@ -72,7 +72,7 @@ lint: $(NEED_VENV)
 
 # A local control plane on loopback (etcd, kube-apiserver, controller-manager, scheduler, KWOK fake
 # GPU nodes), built once from Kubernetes' Go modules into ~/.cache/radixserve/k8s. Needs Go >= 1.26.
-.PHONY: cluster cluster-down node-deps node-test
+.PHONY: cluster cluster-down node-deps node-test images deploy
 
 # With root on Debian, a real node joins the fake ones (containerd, runc, CNI from Debian; kubelet,
 # kube-proxy and CoreDNS built like the control plane); RADIXSERVE_CLUSTER_NODE=0 leaves it out.
@@ -96,3 +96,11 @@ node-test: install-dev cluster-binaries node-deps
 
 cluster-down:
 	$(PY) -m scripts.cluster down
+
+# The images, built without Docker (buildah on a local Debian base, a pinned wheelhouse) and
+# imported into the real node of `make cluster`; `deploy` then installs the chart (operator pod).
+images:
+	$(PY) -m scripts.cluster images
+
+deploy:
+	$(PY) -m scripts.cluster deploy

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop every process and remove the state dir")
     sub.add_parser("status", help="what is running")
     sub.add_parser("env", help="print `export KUBECONFIG=…`")
+    sub.add_parser("images", help="build the images and import them into the real node")
+    sub.add_parser("deploy", help="the images on the real node, then the chart (operator pod)")
     args = parser.parse_args(argv)
 
     if args.cmd == "build":
@@ -54,9 +56,27 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args.root)
         elif args.cmd == "env":
             print(f"export KUBECONFIG={controlplane.state_dir(args.root) / 'kubeconfig'}")
+        elif args.cmd in ("images", "deploy"):
+            return _deploy(args.root, chart=args.cmd == "deploy")
     except (controlplane.ClusterError, build.BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _deploy(root: Path | None, chart: bool) -> int:
+    from . import controlplane, deploy
+
+    cluster = controlplane.current(root)
+    if cluster is None or cluster.real_node is None:
+        print("error: no cluster with the real node runs here: `make cluster` first "
+              "(as root on Debian)", file=sys.stderr)
+        return 1
+    deploy.load_images(cluster.state_dir)
+    if chart:
+        deploy.install_chart(cluster.kubeconfig)
+        print(f"[deploy] the operator runs in {deploy.OPERATOR_NS}; try: kubectl apply -f "
+              "manifests/samples/inferenceservice-cpu.yaml")
     return 0
 
 

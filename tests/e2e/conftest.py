@@ -64,19 +64,9 @@ def _advertise_fake_gpus(kubectl: Kubectl) -> None:
 
 
 def _install_chart(stack: Stack) -> None:
-    import helm_python as helm
+    from scripts.cluster.deploy import install_chart
 
-    values = {"operator": {"image": {"pullPolicy": "Never"}, "verbose": True}}
-    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
-        cfg.install(
-            str(REPO / "charts" / "radixserve"),
-            "radixserve",
-            values,
-            namespace=stack.operator_ns,
-            create_namespace=True,
-            wait="watcher",
-            timeout=300,
-        )
+    install_chart(stack.kubeconfig, {"operator": {"image": {"pullPolicy": "Never"}, "verbose": True}})
 
 
 @pytest.fixture(scope="session")
