@@ -13,11 +13,13 @@ from typing import Any
 
 import kopf
 
-from radixserve_operator import FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
+from radixserve_operator import API_VERSION, FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
 from radixserve_operator.modelconfig import fetch_config
 from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
 
 RETRY_DELAY_S = 60
+# kopf puts it on every resource that has a timer (the resync below), and only kopf removes it.
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
 CHILDREN = (
@@ -29,6 +31,8 @@ CHILDREN = (
 
 
 def _reconcile(body: Any, memo: Any, announce: tuple[str, str] | None) -> None:
+    meta = body["metadata"]
+    memo.setdefault("seen", set()).add((meta["namespace"], meta["name"]))
     try:
         reconcile(memo.client, body, memo.get("fetch_config", fetch_config), announce)
     except RetryLater as e:
@@ -50,6 +54,17 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         from radixserve_operator.client import KubeClient
 
         memo.client = KubeClient()
+
+
+@kopf.on.cleanup()
+def release_finalizers(memo: kopf.Memo, **_: Any) -> None:
+    """At exit, take kopf's finalizer off every resource this operator handled: once the operator
+    is uninstalled nothing would remove it, and a deleted InferenceService (and its namespace)
+    would stay Terminating. Nothing needs it: the children are owned and garbage-collected. The
+    next operator puts it back when it resumes."""
+    for namespace, name in sorted(memo.get("seen", ())):
+        memo.client.remove_finalizer(API_VERSION, "InferenceService", namespace, name,
+                                     KOPF_FINALIZER)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)

@@ -115,17 +115,18 @@ def _local_stack() -> Iterator[Stack]:
         finally:
             kubectl("delete", "namespace", stack.serving_ns, "--timeout=180s", check=False,
                     timeout=240)
-            _uninstall_chart(stack)
+            uninstall_chart(stack)
 
 
 def _remove_earlier_run(stack: Stack) -> None:
     # the serving namespace goes first, while an operator is still there to let its objects go
     stack.kubectl("delete", "namespace", stack.serving_ns, "--ignore-not-found", "--timeout=180s",
                   timeout=240)
-    _uninstall_chart(stack)
+    uninstall_chart(stack)
 
 
-def _uninstall_chart(stack: Stack) -> None:
+def uninstall_chart(stack: Stack) -> None:
+    """`helm uninstall` of the chart, waiting until its objects are gone; absent is fine."""
     import helm_python as helm
 
     with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:

@@ -381,3 +381,21 @@ def test_handlers_are_registered_with_kopf() -> None:
     assert not any(
         h.requires_finalizer for h in registry._changing.get_all_handlers()
     )  # GC, not finalizers
+
+
+def test_operator_exit_lets_its_resources_be_deleted_without_it(cluster, memo, make_body) -> None:
+    """kopf's finalizer (its timers need one) is taken off every handled resource at exit, so an
+    uninstalled operator leaves no InferenceService or namespace Terminating; others' stay."""
+    for name in ("a", "b"):
+        body = make_body(QWEN)
+        body["metadata"]["name"] = name
+        body["metadata"]["finalizers"] = [handlers.KOPF_FINALIZER, "example.com/keep"]
+        handlers.on_create(body=cluster.create(body), memo=memo, logger=None)
+    untouched = make_body(QWEN)
+    untouched["metadata"].update(name="never-handled", finalizers=[handlers.KOPF_FINALIZER])
+    cluster.create(untouched)
+    handlers.release_finalizers(memo=memo, logger=None)
+    for name in ("a", "b"):
+        assert cluster.resource(name)["metadata"]["finalizers"] == ["example.com/keep"]
+    # a resource this operator never handled (another operator's namespace) is not touched
+    assert cluster.resource("never-handled")["metadata"]["finalizers"] == [handlers.KOPF_FINALIZER]
