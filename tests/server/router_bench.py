@@ -81,7 +81,7 @@ def replicas(model: Path | None, n: int, logs: Path, *extra: str) -> Iterator[li
                           *extra) for i in range(n)]
     try:
         for s in srvs:
-            s.wait_ready()
+            s.wait_ready(timeout=600)  # several replicas load at once
         yield srvs
     finally:
         for s in srvs:
