@@ -300,6 +300,7 @@ def test_scheduler_process_turns_a_compile_failure_into_request_failed(path) -> 
         addrs.remove()
 
 
+@pytest.mark.slow
 def test_tp2_constrained_equals_tp1(tiny_ckpts) -> None:
     path = tiny_ckpts["qwen3"]
     prompts = random_prompts(6, [3, 40, 9], 300, seed=13)

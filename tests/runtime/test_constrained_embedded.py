@@ -37,6 +37,8 @@ SCHEMAS = [
         "properties": {"answer": {"type": "boolean"}, "note": {"type": "string", "maxLength": 12}}}),
 ]
 PLAIN = ["Tell me a joke.", "What is 2 + 2?"]
+# The embedded model decoding whole JSON documents: minutes on a 2-core machine.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,10 @@ def _llm(model: Path, kv: str):
                max_kv_tokens=NUM_PROMPTS * (96 + MAX_TOKENS) + 64)
 
 
+# The embedded model over a 2,363-token text with every cache: minutes on a 2-core machine.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
     from radixserve.models.default_model import resolve_model_path
