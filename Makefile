@@ -76,7 +76,7 @@ lint: $(NEED_VENV)
 
 # With root on Debian, a real node joins the fake ones (containerd, runc, CNI from Debian; kubelet,
 # kube-proxy and CoreDNS built like the control plane); RADIXSERVE_CLUSTER_NODE=0 leaves it out.
-cluster: node-deps
+cluster: install-dev node-deps
 	$(PY) -m scripts.cluster up
 
 # The real node's Debian packages, installed where missing (root only; elsewhere it says why not).
@@ -94,13 +94,13 @@ node-deps:
 node-test: install-dev cluster-binaries node-deps
 	RADIXSERVE_E2E_PROVIDER=local $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
 
-cluster-down:
+cluster-down: $(NEED_VENV)
 	$(PY) -m scripts.cluster down
 
 # The images, built without Docker (buildah on a local Debian base, a pinned wheelhouse) and
 # imported into the real node of `make cluster`; `deploy` then installs the chart (operator pod).
-images:
+images: install-dev
 	$(PY) -m scripts.cluster images
 
-deploy:
+deploy: install-dev
 	$(PY) -m scripts.cluster deploy

@@ -50,6 +50,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING  # our own events say what matters
     for group, version, plural in CHILDREN:
         settings.watching.label_selectors[group, version, plural] = f"{LABEL_MANAGED_BY}={FIELD_MANAGER}"
+    # Shared by every resource's memo (kopf gives each a shallow copy of this one).
+    memo.setdefault("seen", set())
     if "client" not in memo:
         from radixserve_operator.client import KubeClient
 

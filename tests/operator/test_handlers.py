@@ -386,11 +386,17 @@ def test_handlers_are_registered_with_kopf() -> None:
 def test_operator_exit_lets_its_resources_be_deleted_without_it(cluster, memo, make_body) -> None:
     """kopf's finalizer (its timers need one) is taken off every handled resource at exit, so an
     uninstalled operator leaves no InferenceService or namespace Terminating; others' stay."""
+    import copy
+
+    import kopf
+
+    handlers.configure(settings=kopf.OperatorSettings(), memo=memo)
     for name in ("a", "b"):
         body = make_body(QWEN)
         body["metadata"]["name"] = name
         body["metadata"]["finalizers"] = [handlers.KOPF_FINALIZER, "example.com/keep"]
-        handlers.on_create(body=cluster.create(body), memo=memo, logger=None)
+        # kopf hands each resource's handlers a shallow copy of the operator's memo
+        handlers.on_create(body=cluster.create(body), memo=copy.copy(memo), logger=None)
     untouched = make_body(QWEN)
     untouched["metadata"].update(name="never-handled", finalizers=[handlers.KOPF_FINALIZER])
     cluster.create(untouched)
