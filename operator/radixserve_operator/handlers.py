@@ -60,10 +60,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 @kopf.on.cleanup()
 def release_finalizers(memo: kopf.Memo, **_: Any) -> None:
-    """At exit, take kopf's finalizer off every resource this operator handled: once the operator
-    is uninstalled nothing would remove it, and a deleted InferenceService (and its namespace)
-    would stay Terminating. Nothing needs it: the children are owned and garbage-collected. The
-    next operator puts it back when it resumes."""
+    """At exit, take kopf's finalizer off every resource this operator handled: with no operator
+    left nothing would remove it, and a deleted InferenceService (and its namespace) would stay
+    Terminating. Nothing needs it: the children are owned and garbage-collected. The next operator
+    puts it back when it resumes. NOTE: `helm uninstall` deletes the operator's RBAC at the same
+    time as its Deployment, so there this patch may be refused (403) and the finalizer stays."""
     for namespace, name in sorted(memo.get("seen", ())):
         memo.client.remove_finalizer(API_VERSION, "InferenceService", namespace, name,
                                      KOPF_FINALIZER)

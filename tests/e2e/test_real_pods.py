@@ -312,23 +312,3 @@ def test_operator_survives_the_run(stack: Stack) -> None:
     )
     assert restarts == 0, "the operator restarted during the run"
 
-
-def test_uninstall_with_resources_present_leaves_nothing_terminating(stack: Stack) -> None:
-    """The operator goes first (`helm uninstall`) while an InferenceService still exists; its
-    namespace is then deleted and goes away: nothing waits on the departed operator."""
-    from tests.e2e.conftest import uninstall_chart
-
-    sample = yaml.safe_load(SAMPLE.read_text())
-    sample["metadata"]["name"] = name = "left-behind"
-    sample["spec"]["gpu"] = {"enabled": True}  # scheduled on a fake GPU node: no model to load
-    sample["spec"]["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
-    sample["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
-                                      "effect": "NoSchedule"}]
-    stack.kubectl("apply", "-n", stack.serving_ns, "-f", "-", input=yaml.safe_dump(sample))
-    wait_for(f"the operator to handle {name}", lambda: stack.kubectl.get(
-        "deployment", name, stack.serving_ns), timeout=120, interval=2)
-    uninstall_chart(stack)
-    left = stack.kubectl.get("rsvc", name, stack.serving_ns)
-    assert left is not None and not left["metadata"].get("finalizers"), left["metadata"]
-    stack.kubectl("delete", "namespace", stack.serving_ns, "--timeout=120s", timeout=180)
-    assert stack.kubectl("get", "namespace", stack.serving_ns, "--ignore-not-found").strip() == ""
