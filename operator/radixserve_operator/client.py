@@ -134,6 +134,7 @@ class KubeClient:
     ) -> None:
         from kubernetes.dynamic.exceptions import (
             ConflictError,
+            ForbiddenError,
             NotFoundError,
             UnprocessibleEntityError,
         )
@@ -148,8 +149,8 @@ class KubeClient:
         try:
             self._resource(api_version, kind).patch(
                 name=name, namespace=namespace, body=patch, content_type="application/json-patch+json")
-        except (NotFoundError, ConflictError, UnprocessibleEntityError):
-            pass
+        except (NotFoundError, ConflictError, ForbiddenError, UnprocessibleEntityError):
+            pass  # best effort: gone, changed meanwhile, or our RBAC already removed
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         sel = ",".join(f"{k}={v}" for k, v in selector.items())
