@@ -15,6 +15,8 @@ NEED_VENV =
 endif
 PIP = $(PY) -m pip
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# The torch the project is tested with (its Triton too: a newer interpreter refuses some kernels).
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: install install-dev run test test-fast gpu-test e2e lint cluster-binaries
 
@@ -27,10 +29,10 @@ $(VENV)/bin/python:
 install: $(NEED_VENV)
 	@if ! $(PY) -c "import torch" 2>/dev/null; then \
 	  if command -v nvidia-smi >/dev/null 2>&1; then \
-	    echo "install: nvidia-smi found: torch from PyPI (its CUDA build)"; $(PIP) install torch; \
-	  elif $(PIP) install --retries 1 --timeout 30 torch --index-url $(TORCH_CPU_INDEX); then :; \
+	    echo "install: nvidia-smi found: torch from PyPI (its CUDA build)"; $(PIP) install torch==$(TORCH_VERSION); \
+	  elif $(PIP) install --retries 1 --timeout 30 torch==$(TORCH_VERSION) --index-url $(TORCH_CPU_INDEX); then :; \
 	  else echo "install: $(TORCH_CPU_INDEX) unreachable: torch from PyPI (its default build, with CUDA libraries)"; \
-	    $(PIP) install torch; fi; \
+	    $(PIP) install torch==$(TORCH_VERSION); fi; \
 	fi
 	@$(PY) -c "import torch; print('install: torch', torch.__version__, 'with CUDA', torch.version.cuda) if torch.version.cuda else print('install: torch', torch.__version__, '(CPU build)')"
 	$(PIP) install -e .
