@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from radixserve.server.frontend import Frontend, RequestStream
 logger = logging.getLogger("radixserve.server")
 
 _DISCONNECT_CHECK_S = 0.5
+# Replies that never pause (a fast model) would never reach the check above: also look this often.
+_BUSY_DISCONNECT_CHECK_S = 0.1
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Dispatch:
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
         self.access = current_access.get()  # the HTTP request's record, for its access line
+        self._checked = time.monotonic()  # when the client's connection was last looked at
 
     async def start(self, raw: Request | None = None) -> UserReply | None:
         """Submit, and wait for the first reply so that a rejected request still gets its 4xx.
@@ -112,6 +116,10 @@ class Dispatch:
         assert self.stream is not None
         if raw is None:
             return await self.stream.next()
+        if time.monotonic() - self._checked >= _BUSY_DISCONNECT_CHECK_S:
+            self._checked = time.monotonic()
+            if await raw.is_disconnected():
+                return None
         task = asyncio.ensure_future(self.stream.next())
         try:
             while True:
