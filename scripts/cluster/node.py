@@ -10,6 +10,7 @@ every process, then removes mounts, cgroups, namespaces, links and chains, and s
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -100,8 +101,6 @@ def _ctr(lay: Layout, *args: str, timeout: float = 600.0) -> subprocess.Complete
 
 def _pause_archive(bins: Path) -> bytes:
     """An OCI image archive holding only our static pause binary, named SANDBOX_IMAGE."""
-    import hashlib
-
     def blob(data: bytes) -> tuple[str, bytes]:
         return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
@@ -163,8 +162,7 @@ def import_image(state: Path, archive: Path, name: str, tags: tuple[str, ...] = 
             raise NodeError(f"ctr images tag {name} {tag}: {tagged.stderr.strip()}")
 
 
-def _components(state: Path, lay: Layout, bins: Path, kubeconfig: Path,
-                api: Api) -> list[tuple[str, list[str], Callable[[], bool], float]]:
+def _components(lay: Layout, bins: Path, kubeconfig: Path, api: Api) -> list[tuple[str, list[str], Callable[[], bool], float]]:
     f = lay.files
     return [
         ("containerd", ["containerd", f"--config={f / 'containerd.toml'}"],
@@ -207,7 +205,7 @@ def up(state: Path, bins: Path, kubeconfig: Path, ca_file: Path, api: Api,
     _write(f / "Corefile", corefile(kubeconfig))
     _write(f / "resolv.conf", resolv_conf())
     lay.kubelet_root.mkdir(parents=True, exist_ok=True)
-    for name, argv, healthy, timeout_s in _components(state, lay, bins, kubeconfig, api):
+    for name, argv, healthy, timeout_s in _components(lay, bins, kubeconfig, api):
         binary = os.path.basename(argv[0])
         pid = procs.running(state, name, binary)
         if pid is None:
