@@ -38,11 +38,6 @@ class ClusterClient(Protocol):
         """Delete the object; nothing when it is already gone. `orphan`: leave its dependents
         (a StatefulSet's pods and PVCs) for the next owner to adopt."""
 
-    def remove_finalizer(
-        self, api_version: str, kind: str, namespace: str, name: str, finalizer: str
-    ) -> None:
-        """Drop `finalizer` from the object's metadata if it is there; a missing object is fine."""
-
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         """Pods in `namespace` whose labels match `selector`."""
 
@@ -128,29 +123,6 @@ class KubeClient:
             self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
         except (NotFoundError, APIUnavailable):
             pass
-
-    def remove_finalizer(
-        self, api_version: str, kind: str, namespace: str, name: str, finalizer: str
-    ) -> None:
-        from kubernetes.dynamic.exceptions import (
-            ConflictError,
-            ForbiddenError,
-            NotFoundError,
-            UnprocessibleEntityError,
-        )
-
-        obj = self.get(api_version, kind, namespace, name)
-        kept = [f for f in (obj or {}).get("metadata", {}).get("finalizers") or [] if f != finalizer]
-        if obj is None or len(kept) == len(obj["metadata"].get("finalizers") or []):
-            return
-        # "test" first: a finalizer someone added meanwhile is never dropped with ours
-        patch = [{"op": "test", "path": "/metadata/finalizers", "value": obj["metadata"]["finalizers"]},
-                 {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
-        try:
-            self._resource(api_version, kind).patch(
-                name=name, namespace=namespace, body=patch, content_type="application/json-patch+json")
-        except (NotFoundError, ConflictError, ForbiddenError, UnprocessibleEntityError):
-            pass  # best effort: gone, changed meanwhile, or our RBAC already removed
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         sel = ",".join(f"{k}={v}" for k, v in selector.items())

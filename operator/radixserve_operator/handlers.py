@@ -1,10 +1,11 @@
 """kopf handlers: one small function per event, each handing over to `reconcile`. They are plain
 functions of kopf's keyword arguments, so tests call them directly with a fake client in `memo`.
 
-No deletion handler (and so no finalizer): the workload and Service carry owner references and
-the garbage collector removes them with the resource. The children's watches are filtered by the
-API server (a label selector), so the operator never streams the cluster's other pods; a timer
-re-applies and re-reads every resource now and then, whatever events were missed."""
+No deletion handler and no kopf timer (so no finalizer): the workload and Service carry owner
+references and the garbage collector removes them with the resource. The children's watches are
+filtered by the API server (a label selector), so the operator never streams the cluster's other
+pods; a thread (`resync.py`) re-applies and re-reads every handled resource now and then,
+whatever events were missed."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from typing import Any
 
 import kopf
 
-from radixserve_operator import API_VERSION, FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
+from radixserve_operator import FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
 from radixserve_operator.modelconfig import fetch_config
 from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
+from radixserve_operator.resync import Resync
+
+log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 60
-# kopf puts it on every resource that has a timer (the resync below), and only kopf removes it.
-KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
 CHILDREN = (
@@ -56,18 +58,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         from radixserve_operator.client import KubeClient
 
         memo.client = KubeClient()
+    if "resync" not in memo:
+        memo.resync = Resync(memo.client, memo.seen, lambda body: _resync_quietly(body, memo),
+                             RESYNC_S)
+        memo.resync.start()
 
 
 @kopf.on.cleanup()
-def release_finalizers(memo: kopf.Memo, **_: Any) -> None:
-    """At exit, take kopf's finalizer off every resource this operator handled: with no operator
-    left nothing would remove it, and a deleted InferenceService (and its namespace) would stay
-    Terminating. Nothing needs it: the children are owned and garbage-collected. The next operator
-    puts it back when it resumes. NOTE: `helm uninstall` deletes the operator's RBAC at the same
-    time as its Deployment, so there this patch may be refused (403) and the finalizer stays."""
-    for namespace, name in sorted(memo.get("seen", ())):
-        memo.client.remove_finalizer(API_VERSION, "InferenceService", namespace, name,
-                                     KOPF_FINALIZER)
+def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    if "resync" in memo:
+        memo.resync.stop()
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
@@ -86,10 +86,16 @@ def on_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _reconcile(body, memo, None)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_S, initial_delay=RESYNC_S, )
-def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def resync(body: kopf.Body | dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """Level-based repair: re-apply the children (a hand edit is undone) and re-read the status."""
     _reconcile(body, memo, None)
+
+
+def _resync_quietly(body: dict[str, Any], memo: kopf.Memo) -> None:
+    try:
+        resync(body=body, memo=memo)
+    except kopf.TemporaryError as e:  # the status says why; the next pass tries again
+        log.info("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], e)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=OURS)

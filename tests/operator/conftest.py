@@ -164,13 +164,6 @@ class FakeCluster:
             if orphan:
                 self.orphaned.append((kind, namespace, name))
 
-    def remove_finalizer(
-        self, api_version: str, kind: str, namespace: str, name: str, finalizer: str
-    ) -> None:
-        obj = self.objects.get((kind, namespace, name))
-        if obj is not None and finalizer in obj["metadata"].get("finalizers", []):
-            obj["metadata"]["finalizers"].remove(finalizer)
-
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         return [
             copy.deepcopy(p)

@@ -378,30 +378,56 @@ def test_handlers_are_registered_with_kopf() -> None:
         handlers.on_deployment_event,
         handlers.on_pod_event,
     } <= fns
-    assert not any(
-        h.requires_finalizer for h in registry._changing.get_all_handlers()
-    )  # GC, not finalizers
+    # GC, not finalizers: no deletion handler, and no kopf timer or daemon (kopf puts its
+    # finalizer on every resource that has one)
+    assert not any(h.requires_finalizer for h in registry._changing.get_all_handlers())
+    assert not registry._spawning.get_all_handlers()
 
 
-def test_operator_exit_lets_its_resources_be_deleted_without_it(cluster, memo, make_body) -> None:
-    """kopf's finalizer (its timers need one) is taken off every handled resource at exit, so an
-    uninstalled operator leaves no InferenceService or namespace Terminating; others' stay."""
+def test_resync_reconciles_each_handled_resource_and_forgets_deleted_ones(
+        cluster, memo, make_body) -> None:
+    """The loop repairs a hand edit of a handled resource's child; a resource it never handled
+    (another operator's, or a standby peer's) is not touched; a deleted one leaves the loop."""
     import copy
 
-    import kopf
+    from radixserve_operator.resync import Resync
 
-    handlers.configure(settings=kopf.OperatorSettings(), memo=memo)
+    memo["seen"] = set()  # as `configure` leaves it: one set shared by the handlers' memo copies
     for name in ("a", "b"):
         body = make_body(QWEN)
         body["metadata"]["name"] = name
-        body["metadata"]["finalizers"] = [handlers.KOPF_FINALIZER, "example.com/keep"]
-        # kopf hands each resource's handlers a shallow copy of the operator's memo
         handlers.on_create(body=cluster.create(body), memo=copy.copy(memo), logger=None)
-    untouched = make_body(QWEN)
-    untouched["metadata"].update(name="never-handled", finalizers=[handlers.KOPF_FINALIZER])
-    cluster.create(untouched)
-    handlers.release_finalizers(memo=memo, logger=None)
-    for name in ("a", "b"):
-        assert cluster.resource(name)["metadata"]["finalizers"] == ["example.com/keep"]
-    # a resource this operator never handled (another operator's namespace) is not touched
-    assert cluster.resource("never-handled")["metadata"]["finalizers"] == [handlers.KOPF_FINALIZER]
+    other = make_body(QWEN)
+    other["metadata"]["name"] = "never-handled"
+    cluster.create(other)
+    assert memo["seen"] == {("serving", "a"), ("serving", "b")}
+    desired = cluster.objects[("Deployment", "serving", "a")]["spec"]["replicas"]
+    cluster.objects[("Deployment", "serving", "a")]["spec"]["replicas"] = desired + 5  # a hand edit
+    cluster.objects[("InferenceService", "serving", "b")]["metadata"]["deletionTimestamp"] = "now"
+    reconciled: list[str] = []
+
+    def reconcile_one(body: dict) -> None:
+        reconciled.append(body["metadata"]["name"])
+        handlers.resync(body=body, memo=memo, logger=None)
+
+    Resync(cluster, memo["seen"], reconcile_one, interval=60).run_once()
+    assert reconciled == ["a"]
+    assert cluster.objects[("Deployment", "serving", "a")]["spec"]["replicas"] == desired
+    assert ("Deployment", "serving", "never-handled") not in cluster.objects
+    assert memo["seen"] == {("serving", "a")}
+
+
+def test_a_failing_resync_of_one_resource_does_not_stop_the_others(cluster, memo) -> None:
+    from radixserve_operator.resync import Resync
+
+    bodies = {("serving", n): {"metadata": {"namespace": "serving", "name": n}} for n in "xyz"}
+    cluster.get = lambda api_version, kind, ns, name: bodies[(ns, name)]
+    done: list[str] = []
+
+    def reconcile_one(body: dict) -> None:
+        if body["metadata"]["name"] == "x":
+            raise RuntimeError("boom")
+        done.append(body["metadata"]["name"])
+
+    Resync(cluster, set(bodies), reconcile_one, interval=60).run_once()
+    assert done == ["y", "z"]
