@@ -105,6 +105,10 @@ DISABLE_OVERLAP: EnvSetting[bool] = EnvSetting(
 CACHE_DIR: EnvSetting[Path] = EnvSetting(
     "RADIXSERVE_CACHE_DIR", _home_cache, "Where converted models (the embedded GGUF) and bench "
     "presets are kept.", Path, "`~/.cache/radixserve`")
+EMBEDDED_MODEL_DIR: EnvSetting[Path] = EnvSetting(
+    "RADIXSERVE_EMBEDDED_MODEL_DIR", None, "The embedded model converted beforehand (the images "
+    "convert it at build time); used when it holds config.json, else the model is converted into "
+    "the cache dir on first use.", Path, "none")
 MODEL_REVISION: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_MODEL_REVISION", None, "Hugging Face revision (branch, tag or commit) of a hub "
     "model; the operator sets it on the download and serving containers.", _text, "the main branch")

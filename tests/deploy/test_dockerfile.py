@@ -4,6 +4,7 @@ present, a real build of `runtime-cpu` that serves a chat completion."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -132,7 +133,9 @@ def test_project_source_is_the_last_layer(target: str) -> None:
     """The venv (dependencies) comes from a stage that never sees the source, radixserve from
     one that does, copied after it: a source change rebuilds one small layer, not torch's."""
     copies = [c.value[0] for c in DF.stages[target].all("COPY")]
-    assert copies == ["/opt/venv", "/opt/app"], copies
+    # the runtimes also copy the embedded model, converted at build time, before the source
+    models = ["/opt/models"] if target != "operator" else []
+    assert copies == ["/opt/venv", *models, "/opt/app"], copies
     deps, app = _copied_from(target, "/opt/venv"), _copied_from(target, "/opt/app")
     assert DF.stages[app].base == deps, f"{app} installs into what {deps} made"
     for c in DF.stages[deps].all("COPY"):
@@ -190,6 +193,30 @@ def test_runtime_entrypoint_and_model_cache(target: str) -> None:
     assert env["RADIXSERVE_CACHE_DIR"] == "/models-cache"
     assert env["HF_HOME"].startswith("/models-cache")
     assert "8000" in [v for c in stage.all("EXPOSE") for v in c.value]
+    # the embedded model is converted at build time, where the image's env points the server
+    models = _copied_from(target, "/opt/models")
+    runs = " ".join(" ".join(c.value) for c in DF.stages[models].all("RUN"))
+    assert "radixserve download --cache-dir /opt/models" in runs
+    assert env["RADIXSERVE_EMBEDDED_MODEL_DIR"] == "/opt/models/SmolLM2-135M-Instruct"
+
+
+def test_a_converted_embedded_model_is_used_without_converting(tmp_path, monkeypatch) -> None:
+    from radixserve.models import default_model
+
+    prebuilt = tmp_path / "prebuilt" / default_model.EMBEDDED_NAME
+    prebuilt.mkdir(parents=True)
+    (prebuilt / "config.json").write_text("{}")
+    monkeypatch.setenv("RADIXSERVE_EMBEDDED_MODEL_DIR", str(prebuilt))
+    monkeypatch.setenv("RADIXSERVE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(default_model, "_convert_gguf", lambda *a: pytest.fail("converted again"))
+    assert default_model.embedded_model_dir() == prebuilt
+    # an empty prebuilt directory (config.json missing) falls back to converting into the cache
+    (prebuilt / "config.json").unlink()
+    converted: list[Path] = []
+    monkeypatch.setattr(default_model, "_convert_gguf", lambda gguf, target: converted.append(target))
+    monkeypatch.setattr(default_model, "find_embedded_gguf", lambda: tmp_path / "x.gguf")
+    assert default_model.embedded_model_dir() == tmp_path / "cache" / default_model.EMBEDDED_NAME
+    assert converted == [tmp_path / "cache" / default_model.EMBEDDED_NAME]
 
 
 def test_operator_entrypoint() -> None:

@@ -40,6 +40,9 @@ def resolve_model_path(model: str | None) -> Path:
 
 
 def embedded_model_dir() -> Path:
+    prebuilt = settings.EMBEDDED_MODEL_DIR.get()
+    if prebuilt is not None and (prebuilt / "config.json").exists():
+        return prebuilt
     target = cache_dir() / EMBEDDED_NAME
     if not (target / "config.json").exists():
         _convert_gguf(find_embedded_gguf(), target)
