@@ -63,10 +63,14 @@ def _advertise_fake_gpus(kubectl: Kubectl) -> None:
         kubectl("patch", node, "--subresource=status", "--type=json", "-p", patch)
 
 
+# The chart's values in this suite: images are on the nodes already, the operator logs in detail.
+OPERATOR_VALUES = {"operator": {"image": {"pullPolicy": "Never"}, "verbose": True}}
+
+
 def _install_chart(stack: Stack) -> None:
     from scripts.cluster.deploy import install_chart
 
-    install_chart(stack.kubeconfig, {"operator": {"image": {"pullPolicy": "Never"}, "verbose": True}})
+    install_chart(stack.kubeconfig, OPERATOR_VALUES)
 
 
 @pytest.fixture(scope="session")

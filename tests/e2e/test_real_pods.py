@@ -1,14 +1,20 @@
 """Real pods: the chart's operator (a pod) serves the CPU sample (embedded model, TP 1) in real
-containers; it answers an OpenAI chat call by its Service's DNS name from another pod, rolls out a
-spec change and scales up and down under a client loop without a failed request, comes back when
-its server process dies, cleans up its children on delete, and schedules a GPU replica on fake GPU
-capacity. Tests run in order and share one InferenceService. On kind (`make e2e`) or on the real
-node of `make cluster` (`make node-test`)."""
+containers; it answers an OpenAI chat call by its Service's DNS name from another pod, streamed or
+not, and through `kubectl port-forward`; `kubectl logs` shows the access lines and `helm test`
+passes; it rolls out a spec change and scales up and down under a client loop without a failed
+request, converges when the operator pod is killed mid-rollout, comes back when its server process
+dies, cleans up its children on delete, schedules a GPU replica on fake GPU capacity, and
+`helm uninstall` with a resource present leaves nothing Terminating. Tests run in order and share
+one InferenceService. On kind (`make e2e`) or on the real node of `make cluster`
+(`make node-test`)."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -42,6 +48,31 @@ body = {"model": model, "messages": [{"role": "user", "content": "What is the ca
 req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
                              {"Content-Type": "application/json"})
 print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))))
+"""
+
+# The same question streamed: each server-sent event's delta, and whether [DONE] ended the stream.
+STREAM_SCRIPT = """
+import json, sys, urllib.request
+base = sys.argv[1]
+model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24, "temperature": 0, "stream": True}
+req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+deltas, done = [], False
+with urllib.request.urlopen(req, timeout=300) as r:
+    content_type = r.headers["Content-Type"]
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            continue
+        assert not done, "an event after [DONE]"
+        for choice in json.loads(line[len("data: "):])["choices"]:
+            deltas.append(choice["delta"].get("content") or "")
+print(json.dumps({"content_type": content_type, "deltas": deltas, "done": done}))
 """
 
 
@@ -90,7 +121,8 @@ def _pod_args(stack: Stack) -> list[list[str]]:
     return [p["spec"]["containers"][0]["args"] for p in live]
 
 
-def _chat_in_cluster(stack: Stack, base_url: str) -> dict:
+def _chat_in_cluster(stack: Stack, base_url: str, script: str = CHAT_SCRIPT) -> dict:
+    """Run `script` with `base_url` in a pod of the runtime image; its last line, parsed."""
     pod = f"chat-{uuid.uuid4().hex[:6]}"
     k = stack.kubectl
     k(
@@ -105,7 +137,7 @@ def _chat_in_cluster(stack: Stack, base_url: str) -> dict:
         "--",
         "python",
         "-c",
-        CHAT_SCRIPT,
+        script,
         base_url,
     )
 
@@ -148,6 +180,59 @@ def test_cpu_sample_becomes_ready_and_answers_in_cluster(stack: Stack) -> None:
         "jsonpath={.items[*].reason}",
     ).split()
     assert "Created" in reasons, reasons
+
+
+def test_a_streamed_answer_arrives_in_pieces_through_the_service(stack: Stack) -> None:
+    reply = _chat_in_cluster(stack, f"http://{NAME}.{stack.serving_ns}.svc:8000/v1", STREAM_SCRIPT)
+    assert reply["content_type"].startswith("text/event-stream"), reply
+    assert reply["done"], "the stream did not end with [DONE]"
+    assert sum(1 for d in reply["deltas"] if d) > 1, reply  # pieces, not one block
+    assert "paris" in "".join(reply["deltas"]).lower(), reply
+
+
+def test_kubectl_port_forward_answers(stack: Stack) -> None:
+    k = stack.kubectl
+    forward = subprocess.Popen(
+        [k.binary, f"--kubeconfig={k.kubeconfig}", "port-forward", "-n", stack.serving_ns,
+         f"svc/{NAME}", ":8000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = forward.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8000"
+        found = re.search(r"127\.0\.0\.1:(\d+)", first)
+        assert found, f"port-forward said {first!r}; stderr {forward.stderr.read() if forward.poll() is not None else ''}"
+        base = f"http://127.0.0.1:{found.group(1)}/v1"
+        model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+        body = {"model": model, "max_tokens": 24, "temperature": 0,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+        req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        answer = json.load(urllib.request.urlopen(req, timeout=300))
+    finally:
+        forward.terminate()
+        forward.wait(timeout=30)
+    assert "paris" in answer["choices"][0]["message"]["content"].lower(), answer
+
+
+def test_kubectl_logs_show_the_access_lines(stack: Stack) -> None:
+    logs = stack.kubectl("logs", "-n", stack.serving_ns, "-l", f"app.kubernetes.io/instance={NAME}",
+                         "-c", "server", "--tail=-1")
+    # the calls of the tests above: in-cluster, streamed, and through the port-forward
+    lines = [ln for ln in logs.splitlines() if "POST /v1/chat/completions 200" in ln]
+    assert len(lines) >= 3, logs[-3000:]
+    assert "GET /v1/models 200" in logs
+
+
+def test_helm_test_runs_the_charts_test_pod(stack: Stack) -> None:
+    import helm_python as helm
+    from scripts.cluster.deploy import CHART, RELEASE
+
+    from tests.e2e.conftest import OPERATOR_VALUES
+
+    values = OPERATOR_VALUES | {"test": {"inferenceService": NAME, "namespace": stack.serving_ns}}
+    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
+        cfg.upgrade(str(CHART), RELEASE, values, namespace=stack.operator_ns, wait="watcher",
+                    timeout=300)
+        result = cfg.test(RELEASE, timeout=300, logs=True)  # a failing test pod raises
+    assert "completion:" in result["logs"], result
 
 
 def _client(stack: Stack) -> ClientLoop:
@@ -207,6 +292,24 @@ def test_kubectl_scale_up_and_down_under_load_without_a_failed_request(stack: St
     finally:
         tally = client.stop()
     _assert_none_failed(tally)
+
+
+def test_operator_killed_mid_rollout_its_replacement_converges(stack: Stack) -> None:
+    """The operator pod is killed right after a spec change: the Deployment it left (or did not
+    yet write) is brought to the new spec by the replacement, and the status follows."""
+    before = _rsvc(stack)["metadata"]["generation"]
+    patch = {"spec": {"runtime": {"maxRunningRequests": 6}}}
+    stack.kubectl("patch", "rsvc", NAME, "-n", stack.serving_ns, "--type=merge", "-p",
+                  json.dumps(patch))
+    stack.kubectl("delete", "pod", "-n", stack.operator_ns, "-l",
+                  "app.kubernetes.io/component=operator", "--grace-period=0", "--force",
+                  "--wait=false")
+    obj = _wait_ready_at_current_generation(stack, replicas=1)
+    assert obj["metadata"]["generation"] == before + 1
+    for pod_args in _pod_args(stack):
+        assert pod_args[pod_args.index("--max-running-requests") + 1] == "6"
+    dep = stack.kubectl.json("get", "deployment", "radixserve-operator", "-n", stack.operator_ns)
+    assert dep["status"].get("readyReplicas") == 1
 
 
 def test_a_dead_server_process_is_restarted_and_serves_again(stack: Stack) -> None:
@@ -312,3 +415,30 @@ def test_operator_survives_the_run(stack: Stack) -> None:
     )
     assert restarts == 0, "the operator restarted during the run"
 
+
+def test_helm_uninstall_with_a_resource_present_leaves_nothing_terminating(stack: Stack) -> None:
+    """No finalizer on the InferenceService: with the operator uninstalled, deleting the resource
+    and its namespace still completes (the garbage collector removes the children)."""
+    from tests.e2e.conftest import uninstall_chart
+
+    sample = yaml.safe_load(SAMPLE.read_text())
+    sample["metadata"]["name"] = name = "left-behind"
+    sample["spec"]["gpu"] = {"enabled": True}  # pending on the fake GPU nodes: no real container
+    sample["spec"]["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    stack.kubectl("apply", "-n", stack.serving_ns, "-f", "-", input=yaml.safe_dump(sample))
+    wait_for(f"{name}'s Deployment", lambda: stack.kubectl.get("deployment", name, stack.serving_ns),
+             timeout=120, interval=2)
+    assert not (_rsvc_named(stack, name)["metadata"].get("finalizers") or [])
+    uninstall_chart(stack)
+    assert stack.kubectl.get("deployment", "radixserve-operator", stack.operator_ns) is None
+    stack.kubectl("delete", "namespace", stack.serving_ns, "--wait=false")
+    wait_for(f"namespace {stack.serving_ns} gone",
+             lambda: not stack.kubectl("get", "namespace", stack.serving_ns, "--ignore-not-found",
+                                       "-o", "name").strip(),
+             timeout=180, interval=3)
+
+
+def _rsvc_named(stack: Stack, name: str) -> dict:
+    obj = stack.kubectl.get("rsvc", name, stack.serving_ns)
+    assert obj is not None, f"InferenceService {name} is gone"
+    return obj
