@@ -158,7 +158,7 @@ FROM operator-builder AS operator-app
 COPY --from=wheel /wheels /wheels
 RUN python -m ensurepip \
  && python -m pip install --no-deps --target /opt/app /wheels/radixserve-*.whl \
- && python -c "import radixserve_operator, kopf"
+ && python -c "import radixserve_operator.spec, kopf"
 
 # ---------------------------------------------------------------- router: the gateway alone
 # No radixserve in it: the gateway talks to the servers over HTTP only.

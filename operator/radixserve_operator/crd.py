@@ -1,7 +1,7 @@
 """The `InferenceService` CRD, the one source of its schema: the chart's YAML is generated from it
 (`python -m radixserve_operator.crd`) and `spec.py` applies its defaults, so they never disagree.
 
-CEL rules here cannot run outside an API server; `spec.py` repeats each as a Python check."""
+Its CEL rules come from `rules.py`, whose table the operator evaluates too."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 from radixserve_operator import (
     GROUP,
     KIND,
-    LABEL_INSTANCE,
-    LABEL_NAME,
     PLURAL,
     SHORT_NAME,
     SINGULAR,
     VERSION,
 )
+from radixserve_operator.rules import validations
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -25,7 +24,6 @@ QUANTITY_PATTERN = (
 )
 TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
-SELECTOR_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE)  # the Deployment's selector: not the user's
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -45,13 +43,13 @@ def _str(**extra: Any) -> dict[str, Any]:
     return {"type": "string", **extra}
 
 
-def _int_or_string(**validations: Any) -> dict[str, Any]:
+def _int_or_string(**checks: Any) -> dict[str, Any]:
     # NOTE: a structural schema allows exactly this anyOf for int-or-string; checks on either
     # branch sit beside it (minimum only binds integers, pattern only strings).
     return {
         "x-kubernetes-int-or-string": True,
         "anyOf": [{"type": "integer"}, {"type": "string"}],
-        **validations,
+        **checks,
     }
 
 
@@ -94,14 +92,6 @@ def _probe(period: int, failures: int | None, timeout: int, delay: int = 0) -> d
 
 CACHE_TYPES = ["emptyDir", "pvcPerReplica", "sharedPVC"]
 ACCESS_MODES = ["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"]  # the pod writes the cache
-PER_REPLICA_ROLLOUT = (
-    "model.cache type pvcPerReplica runs a StatefulSet, which replaces each pod in place with its "
-    "own volume: rollout.strategy must be RollingUpdate with maxSurge 0"
-)
-_PER_REPLICA_ROLLOUT = (
-    "!has(self.model.cache) || self.model.cache.type != 'pvcPerReplica' || "
-    "(self.rollout.strategy == 'RollingUpdate' && string(self.rollout.maxSurge) in ['0', '0%'])"
-)
 
 
 def _cache() -> dict[str, Any]:
@@ -142,31 +132,7 @@ def _cache() -> dict[str, Any]:
             },
         },
         description="Where the weights are cached (/models-cache). Default: an emptyDir of 100Gi.",
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.type != 'sharedPVC' || has(self.claimName)",
-                    "message": "type sharedPVC needs claimName",
-                },
-                {
-                    "rule": "self.type == 'sharedPVC' || (!has(self.claimName) && !has(self.readOnly))",
-                    "message": "claimName and readOnly are for type sharedPVC",
-                },
-                {
-                    "rule": "self.type == 'pvcPerReplica' || (!has(self.size) && "
-                    "!has(self.storageClassName) && !has(self.accessModes))",
-                    "message": "size, storageClassName and accessModes are for type pvcPerReplica",
-                },
-                {
-                    "rule": "self.type != 'pvcPerReplica' || has(self.size)",
-                    "message": "type pvcPerReplica needs size",
-                },
-                {
-                    "rule": "self.type == 'emptyDir' || !has(self.sizeLimit)",
-                    "message": "sizeLimit is for type emptyDir",
-                },
-            ]
-        },
+        **validations("model.cache"),
     )
 
 
@@ -196,14 +162,7 @@ def _model() -> dict[str, Any]:
                 maxLength=1024,  # bounds the CEL rule's estimated cost
                 description="`default` (the image's embedded SmolLM2-135M-Instruct), a Hugging "
                 "Face model id, a path inside the pod, or pvc://CLAIM/path.",
-                **{
-                    "x-kubernetes-validations": [
-                        {
-                            "rule": "!self.startsWith('pvc://') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$')",
-                            "message": "a pvc source is pvc://CLAIM/path",
-                        }
-                    ]
-                },
+                **validations("model.source"),
             ),
             "servedName": _str(description="Model name in the OpenAI API (default: the source)."),
             "revision": _str(description="Hub revision (branch, tag or commit) of the model."),
@@ -315,14 +274,7 @@ def _model_cache() -> dict[str, Any]:
         },
         description="Deprecated: use model.cache (pvc is {type: sharedPVC, claimName}, emptyDir "
         "{type: emptyDir, sizeLimit}); read only when model.cache is not set.",
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.pvc) != has(self.emptyDir)",
-                    "message": "set exactly one of pvc, emptyDir",
-                }
-            ]
-        },
+        **validations("modelCache"),
     )
 
 
@@ -333,18 +285,11 @@ def _rollout() -> dict[str, Any]:
             "maxSurge": _percent_or_count(0),
             "maxUnavailable": _percent_or_count(1),
         },
-        # NOTE: spelled out, not {}: the API server checks the CEL rule below against the
+        # NOTE: spelled out, not {}: the API server checks the CEL rule (rules.py) against the
         # default itself, before nested defaults fill it in.
         default={"strategy": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
         description="maxSurge defaults to 0: a GPU cluster rarely has a spare GPU for a surge pod.",
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.strategy != 'RollingUpdate' || !(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
-                    "message": "maxSurge and maxUnavailable cannot both be zero",
-                }
-            ]
-        },
+        **validations("rollout"),
     )
 
 
@@ -423,22 +368,14 @@ def _pod_template_spec() -> dict[str, Any]:
                 "Merged over spec.resources and the operator's defaults, key by key; the GPU "
                 "count is the operator's (parallelism.tensor)."
             ),
-            # NOTE: declared only to refuse them with a clear message (the rule below): the
+            # NOTE: declared only to refuse them with a clear message (its rule in rules.py): the
             # operator writes the runtime's command line from spec.runtime.
             "command": {"type": "array", "items": _str()},
             "args": {"type": "array", "items": _str()},
         },
         description="The server container: env, volumeMounts and resources merged over the "
         "operator's (yours win).",
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.command) && !has(self.args)",
-                    "message": "the server's command and args are the operator's: use "
-                    "spec.runtime (and spec.runtime.extraArgs for other flags)",
-                }
-            ]
-        },
+        **validations("template.spec.container"),
     )
     return _obj(
         {
@@ -564,22 +501,7 @@ def _autoscaling() -> dict[str, Any]:
         required=["maxReplicas"],
         description="Scale spec.replicas with a HorizontalPodAutoscaler (through the Prometheus "
         "Adapter) or a KEDA ScaledObject, on a per-pod runtime metric.",
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.minReplicas <= self.maxReplicas",
-                    "message": "minReplicas must not exceed maxReplicas",
-                },
-                {
-                    "rule": "self.minReplicas > 0 || self.engine == 'keda'",
-                    "message": "scale to zero (minReplicas 0) needs engine keda",
-                },
-                {
-                    "rule": "self.metric != 'kvCache' || !has(self.target) || self.target <= 1.0",
-                    "message": "a kvCache target is a ratio: at most 1",
-                },
-            ]
-        },
+        **validations("autoscaling"),
     )
 
 
@@ -654,16 +576,7 @@ def _spec() -> dict[str, Any]:
                             "labels": {"type": "object", "additionalProperties": _str(maxLength=63)},
                             "annotations": {"type": "object", "additionalProperties": _str()},
                         },
-                        **{
-                            "x-kubernetes-validations": [
-                                {
-                                    "rule": "!has(self.labels) || !self.labels.exists(k, k in "
-                                    f"{list(SELECTOR_LABEL_KEYS)!r})",
-                                    "message": "the selector labels "
-                                    f"{', '.join(SELECTOR_LABEL_KEYS)} are the operator's",
-                                }
-                            ]
-                        },
+                        **validations("template.metadata"),
                     ),
                     "spec": _pod_template_spec(),
                 },
@@ -676,41 +589,8 @@ def _spec() -> dict[str, Any]:
             "disruptionBudget": _disruption_budget(),
             "autoscaling": _autoscaling(),
         },
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": "string(self.parallelism.tensor) != 'auto' || !self.gpu.enabled || has(self.gpu.memoryGiB)",
-                    "message": "parallelism.tensor auto needs gpu.memoryGiB",
-                    "fieldPath": ".gpu",  # the API server's message names the field
-                },
-                {
-                    "rule": "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']",
-                    "message": "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
-                    "fieldPath": ".parallelism.tensor",
-                },
-                {
-                    "rule": _PER_REPLICA_ROLLOUT,
-                    "message": PER_REPLICA_ROLLOUT,
-                    "fieldPath": ".rollout",
-                },
-                {
-                    "rule": _NO_TEMPLATE_GPU,
-                    "message": "the GPU count is the operator's (parallelism.tensor): remove "
-                    "gpu.resourceName from template.spec.container.resources",
-                    "fieldPath": ".template",
-                },
-            ]
-        },
+        **validations(""),
     )
-
-
-_TEMPLATE_RESOURCES = "self.template.spec.container.resources"
-_NO_TEMPLATE_GPU = (
-    "!has(self.template) || !has(self.template.spec) || !has(self.template.spec.container) || "
-    f"!has({_TEMPLATE_RESOURCES}) || "
-    f"((!has({_TEMPLATE_RESOURCES}.limits) || !(self.gpu.resourceName in {_TEMPLATE_RESOURCES}.limits)) && "
-    f"(!has({_TEMPLATE_RESOURCES}.requests) || !(self.gpu.resourceName in {_TEMPLATE_RESOURCES}.requests)))"
-)
 
 
 def _condition() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Defaults come from the CRD schema itself (`apply_defaults`), as the API server applies them, so a
 resource read before the CRD's defaults existed, or built by hand in a test, means the same thing.
-The CRD's CEL rules are repeated here as Python checks (they cannot run outside an API server)."""
+The CRD's CEL rules are evaluated here too (`rules.py`), so an older CRD's resources are judged
+by the rules of this operator."""
 
 from __future__ import annotations
 
@@ -12,14 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixserve_operator.crd import (
-    PAGE_SIZES,
-    PER_REPLICA_ROLLOUT,
-    ROUTER_POLICIES,
-    SELECTOR_LABEL_KEYS,
-    TP_SIZES,
-    spec_schema,
-)
+from radixserve_operator.crd import PAGE_SIZES, ROUTER_POLICIES, TP_SIZES, spec_schema
+from radixserve_operator.rules import violations
 from radixserve_operator.settings import OperatorSettings
 
 DEFAULT_MODEL = "default"
@@ -254,16 +249,13 @@ class ServiceSpec:
         return max(self.replicas, top)
 
 
-def _is_zero(v: int | str) -> bool:
-    return str(v) in ("0", "0%")
-
-
-def _check(raw: dict[str, Any]) -> None:
-    """The Python twin of the CRD's CEL rules, plus what a schema cannot say."""
-    model, gpu, tensor = raw["model"], raw["gpu"], raw["parallelism"]["tensor"]
-    source = model["source"]
-    if source.startswith("pvc://") and not _PVC_SOURCE.match(source):
-        raise SpecError(f"spec.model.source: a pvc source is pvc://CLAIM/path, got {source!r}")
+def _check(raw: dict[str, Any], schema: dict[str, Any]) -> None:
+    """The CRD's CEL rules, the OpenAPI checks the operator relies on (an older CRD may lack
+    them), and what no schema says. `raw`: the defaulted spec; `schema`: the CRD's for spec."""
+    failed = violations(raw, schema)
+    if failed:
+        raise SpecError("; ".join(failed))
+    source, tensor = raw["model"]["source"], raw["parallelism"]["tensor"]
     if (
         source != DEFAULT_MODEL
         and not source.startswith(("/", ".", "pvc://"))
@@ -276,68 +268,19 @@ def _check(raw: dict[str, Any]) -> None:
         raise SpecError(
             f"spec.parallelism.tensor must be auto or one of {TP_SIZES}, got {tensor!r}"
         )
-    if tensor == "auto" and gpu["enabled"] and gpu.get("memoryGiB") is None:
-        raise SpecError("spec.gpu.memoryGiB is required when spec.parallelism.tensor is auto")
-    if not gpu["enabled"] and tensor not in (1, "auto"):
-        raise SpecError("spec.parallelism.tensor: a CPU replica (gpu.enabled false) runs with TP 1")
-    legacy = raw.get("modelCache")
-    if legacy is not None and ("pvc" in legacy) == ("emptyDir" in legacy):
-        raise SpecError("spec.modelCache: set exactly one of pvc, emptyDir")
-    _check_cache(model.get("cache"), raw["rollout"])
-    r = raw["rollout"]
-    if (
-        r["strategy"] == "RollingUpdate"
-        and _is_zero(r["maxSurge"])
-        and _is_zero(r["maxUnavailable"])
-    ):
-        raise SpecError("spec.rollout: maxSurge and maxUnavailable cannot both be zero")
     if raw["replicas"] < 0:
         raise SpecError(f"spec.replicas must be >= 0, got {raw['replicas']}")
-    pod_labels = ((raw.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    taken = sorted(set(pod_labels) & set(SELECTOR_LABEL_KEYS))
-    if taken:
-        raise SpecError(
-            f"spec.template.metadata.labels: the selector labels {', '.join(SELECTOR_LABEL_KEYS)} "
-            f"are the operator's, got {', '.join(taken)}"
-        )
     names = [e.get("name") for e in raw.get("env") or ()]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SpecError(f"spec.env: each name once, repeated: {', '.join(map(str, repeated))}")
-    _check_template(raw)
     _check_key_in_clear(raw)
     _check_exposure(raw)
-    _check_autoscaling(raw.get("autoscaling"))
     rt = raw["runtime"]
     if not 0.0 < rt["memoryRatio"] <= 1.0:
         raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")
     if rt.get("pageSize") is not None and rt["pageSize"] not in PAGE_SIZES:
         raise SpecError(f"spec.runtime.pageSize must be a power of two, got {rt['pageSize']}")
-
-
-def _check_cache(cache: dict[str, Any] | None, rollout: dict[str, Any]) -> None:
-    """The Python twin of spec.model.cache's CEL rules (and the rollout rule of pvcPerReplica)."""
-    if cache is None:
-        return
-    kind, where = cache["type"], "spec.model.cache"
-    if kind == "sharedPVC" and "claimName" not in cache:
-        raise SpecError(f"{where}: type sharedPVC needs claimName")
-    if kind != "sharedPVC" and ("claimName" in cache or "readOnly" in cache):
-        raise SpecError(f"{where}: claimName and readOnly are for type sharedPVC")
-    if kind != "pvcPerReplica" and any(
-        k in cache for k in ("size", "storageClassName", "accessModes")
-    ):
-        raise SpecError(
-            f"{where}: size, storageClassName and accessModes are for type pvcPerReplica"
-        )
-    if kind == "pvcPerReplica" and "size" not in cache:
-        raise SpecError(f"{where}: type pvcPerReplica needs size")
-    if kind != "emptyDir" and "sizeLimit" in cache:
-        raise SpecError(f"{where}: sizeLimit is for type emptyDir")
-    if kind == "pvcPerReplica" and not (
-        rollout["strategy"] == "RollingUpdate" and _is_zero(rollout["maxSurge"])
-    ):
-        raise SpecError(f"spec.rollout: {PER_REPLICA_ROLLOUT}")
 
 
 def _cache(model: dict[str, Any], legacy: dict[str, Any] | None) -> CacheSpec:
@@ -364,22 +307,6 @@ def _cache(model: dict[str, Any], legacy: dict[str, Any] | None) -> CacheSpec:
         size = (legacy.get("emptyDir") or {}).get("sizeLimit", DEFAULT_CACHE_SIZE)
         return CacheSpec("emptyDir", size, deprecated_field=True)
     return CacheSpec("emptyDir")
-
-
-def _check_template(raw: dict[str, Any]) -> None:
-    container = (((raw.get("template") or {}).get("spec") or {}).get("container")) or {}
-    if "command" in container or "args" in container:
-        raise SpecError(
-            "spec.template.spec.container: the server's command and args are the operator's: "
-            "use spec.runtime (and spec.runtime.extraArgs for other flags)"
-        )
-    gpu = raw["gpu"]["resourceName"]
-    resources = container.get("resources") or {}
-    if any(gpu in (resources.get(part) or {}) for part in ("limits", "requests")):
-        raise SpecError(
-            f"spec.template.spec.container.resources: the GPU count is the operator's "
-            f"(parallelism.tensor): remove {gpu}"
-        )
 
 
 def _check_key_in_clear(raw: dict[str, Any]) -> None:
@@ -414,22 +341,6 @@ def _check_exposure(raw: dict[str, Any]) -> None:
             f"spec.service.type {service['type']} exposes the server outside the cluster without "
             "an API key: set spec.apiKeySecretRef, or spec.service.allowUnauthenticated: true to "
             "serve anyone who can reach it"
-        )
-
-
-def _check_autoscaling(a: dict[str, Any] | None) -> None:
-    if a is None:
-        return
-    if a["minReplicas"] > a["maxReplicas"]:
-        raise SpecError(
-            f"spec.autoscaling: minReplicas must not exceed maxReplicas "
-            f"({a['minReplicas']} > {a['maxReplicas']})"
-        )
-    if a["minReplicas"] == 0 and a["engine"] != "keda":
-        raise SpecError("spec.autoscaling: scale to zero (minReplicas 0) needs engine keda")
-    if a["metric"] == "kvCache" and a.get("target") is not None and a["target"] > 1:
-        raise SpecError(
-            f"spec.autoscaling.target: a kvCache target is a ratio: at most 1, got {a['target']}"
         )
 
 
@@ -475,8 +386,9 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
     raises `SpecError` naming the offending field. `settings`: the operator's defaults (default:
     from its environment)."""
     settings = settings or OperatorSettings.from_env()
-    raw = apply_defaults(spec_schema(), copy.deepcopy(dict(body.get("spec") or {})))
-    _check(raw)
+    schema = spec_schema()
+    raw = apply_defaults(schema, copy.deepcopy(dict(body.get("spec") or {})))
+    _check(raw, schema)
     meta = body["metadata"]
     model, gpu, probes = raw["model"], raw["gpu"], raw["probes"]
     key_ref, hf_token = raw.get("apiKeySecretRef"), model.get("hfTokenSecret")

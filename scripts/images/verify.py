@@ -19,7 +19,7 @@ CHECKS: dict[str, list[list[str]]] = {
         ["radixserve", "generate", PROMPT, "--max-tokens", "8"],
     ],
     "radixserve-operator": [
-        ["python", "-c", "import radixserve_operator, kopf; print('kopf', kopf.__version__)"],
+        ["python", "-c", "import radixserve_operator.spec, kopf; print('kopf', kopf.__version__)"],
         ["python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None"],
         ["radixserve-operator", "--help"],  # the entry point's script, on PATH, in the venv
     ],

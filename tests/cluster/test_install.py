@@ -66,7 +66,7 @@ def test_bad_specs_are_refused_at_admission(stack: Stack, namespace: str, name, 
     assert not accepted, f"the API server accepted {name}: {output}"
     assert "spec." in output, output  # names the offending field
     assert stack.kubectl.get("rsvc", name, namespace) is None
-    if says:  # a CEL rule (or the env map): its message, and the operator's Python twin agrees
+    if says:  # a CEL rule (or the env map): its message, and the operator agrees
         assert says in output, output
         with pytest.raises(SpecError):
             parse_spec({**doc, "metadata": {"name": name, "namespace": namespace}})

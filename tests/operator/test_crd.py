@@ -1,29 +1,29 @@
 """The CRD: a valid apiextensions.k8s.io/v1 object, a structural schema, the chart's YAML in sync,
 samples accepted and invalid samples refused by its openAPIV3Schema (through jsonschema).
 
-CEL rules (x-kubernetes-validations) cannot run here: each is translated to Python below, the
-translation is checked against samples, and the operator's parser must refuse the same resources."""
+Its CEL rules (x-kubernetes-validations), read from the chart's CRD file, run here through
+cel-python as the API server would run them; the operator's parser, which evaluates the same
+table (`rules.py`), must refuse the same resources with the same field and message, and accept
+the near misses."""
 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import celpy
 import jsonschema
 import pytest
 import yaml
 
-from radixserve_operator.crd import (
-    _NO_TEMPLATE_GPU,
-    _PER_REPLICA_ROLLOUT,
-    crd,
-    openapi_schema,
-    to_yaml,
-)
+from radixserve_operator import rules
+from radixserve_operator.crd import crd, openapi_schema, to_yaml
+from radixserve_operator.rules import RULES
 from radixserve_operator.spec import SpecError, apply_defaults, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,9 +128,8 @@ def test_samples_validate_and_parse(sample: Path, validator) -> None:
         validator.validate(
             apply_defaults(openapi_schema(), copy.deepcopy(doc))
         )  # defaults are valid too
-        for rule, check in _cel_rules(doc):
-            assert check(doc), f"{sample.name} breaks CEL rule {rule!r}"
-        parse_spec({**doc, "metadata": {**doc["metadata"], "namespace": "default"}})
+        assert cel_refusals(doc) == [], sample.name
+        assert operator_refusal(doc) is None, sample.name
 
 
 def test_cpu_sample_asks_for_no_gpu_and_gpu_sample_sizes_tp(validate_k8s, fetch) -> None:
@@ -162,76 +161,32 @@ def test_schema_refuses_invalid_samples(doc: dict[str, Any], validator) -> None:
     assert all(e.absolute_path and e.absolute_path[0] == "spec" for e in errors)
 
 
-# --- CEL: each rule of the CRD, translated to Python by hand (same operators, same order).
-def _z(v: Any) -> bool:
-    return str(v) in ("0", "0%")  # CEL: string(x) in ['0', '0%']
-
-
-CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "!self.startsWith('pvc://') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$')": lambda s: (
-        not s.startswith("pvc://")
-        or __import__("re").search(r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$", s) is not None
-    ),
-    "has(self.pvc) != has(self.emptyDir)": lambda s: ("pvc" in s) != ("emptyDir" in s),
-    "self.strategy != 'RollingUpdate' || !(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])": lambda s: (
-        s["strategy"] != "RollingUpdate" or not (_z(s["maxSurge"]) and _z(s["maxUnavailable"]))
-    ),
-    "string(self.parallelism.tensor) != 'auto' || !self.gpu.enabled || has(self.gpu.memoryGiB)": lambda s: (
-        str(s["parallelism"]["tensor"]) != "auto"
-        or not s["gpu"]["enabled"]
-        or "memoryGiB" in s["gpu"]
-    ),
-    "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']": lambda s: (
-        s["gpu"]["enabled"] or str(s["parallelism"]["tensor"]) in ("1", "auto")
-    ),
-    "!has(self.labels) || !self.labels.exists(k, k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance'])": lambda s: (
-        not set(s.get("labels") or {}) & {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
-    ),
-    "!has(self.command) && !has(self.args)": lambda s: "command" not in s and "args" not in s,
-    _NO_TEMPLATE_GPU: lambda s: not any(
-        s["gpu"]["resourceName"]
-        in ((s.get("template") or {}).get("spec") or {}).get("container", {}).get("resources", {}).get(part, {})
-        for part in ("limits", "requests")
-    ),
-    _PER_REPLICA_ROLLOUT: lambda s: (
-        "cache" not in s["model"]
-        or s["model"]["cache"]["type"] != "pvcPerReplica"
-        or (s["rollout"]["strategy"] == "RollingUpdate" and _z(s["rollout"]["maxSurge"]))
-    ),
-    "self.type != 'sharedPVC' || has(self.claimName)": lambda s: (
-        s["type"] != "sharedPVC" or "claimName" in s
-    ),
-    "self.type == 'sharedPVC' || (!has(self.claimName) && !has(self.readOnly))": lambda s: (
-        s["type"] == "sharedPVC" or ("claimName" not in s and "readOnly" not in s)
-    ),
-    "self.type == 'pvcPerReplica' || (!has(self.size) && !has(self.storageClassName) && !has(self.accessModes))": lambda s: (
-        s["type"] == "pvcPerReplica"
-        or ("size" not in s and "storageClassName" not in s and "accessModes" not in s)
-    ),
-    "self.type != 'pvcPerReplica' || has(self.size)": lambda s: (
-        s["type"] != "pvcPerReplica" or "size" in s
-    ),
-    "self.type == 'emptyDir' || !has(self.sizeLimit)": lambda s: (
-        s["type"] == "emptyDir" or "sizeLimit" not in s
-    ),
-    "self.minReplicas <= self.maxReplicas": lambda s: s["minReplicas"] <= s["maxReplicas"],
-    "self.minReplicas > 0 || self.engine == 'keda'": lambda s: (
-        s["minReplicas"] > 0 or s["engine"] == "keda"
-    ),
-    "self.metric != 'kvCache' || !has(self.target) || self.target <= 1.0": lambda s: (
-        s["metric"] != "kvCache" or "target" not in s or s["target"] <= 1.0
-    ),
-}
-
-
-def _rules() -> list[tuple[str, str, str]]:
-    """(path under spec, rule, message) of every CEL rule in the schema."""
-    spec = openapi_schema()["properties"]["spec"]
+# --- CEL: the rules of the CRD file (what the API server gets), evaluated by cel-python here,
+# against the operator's parser, which evaluates rules.py's table.
+def _file_rules() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(path under spec, the node's schema, the validation) of every rule in the CRD file."""
+    spec = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
     return [
-        (p, r["rule"], r["message"])
-        for p, node in _walk(spec)
-        for r in node.get("x-kubernetes-validations", ())
+        (path, node, v)
+        for path, node in _walk(spec["openAPIV3Schema"]["properties"]["spec"])
+        for v in node.get("x-kubernetes-validations", ())
     ]
+
+
+def _as_api_server_types(schema: dict[str, Any], value: Any) -> Any:
+    """JSON as the API server hands it to CEL: a `number` field is a double even when written 80."""
+    if isinstance(value, dict):
+        extra = schema.get("additionalProperties")
+        props = schema.get("properties") or {}
+        return {
+            k: _as_api_server_types(props.get(k) or (extra if isinstance(extra, dict) else {}), v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_as_api_server_types(schema.get("items") or {}, v) for v in value]
+    if schema.get("type") == "number" and type(value) is int:
+        return float(value)
+    return value
 
 
 def _at(obj: dict[str, Any], path: str) -> Any:
@@ -242,30 +197,108 @@ def _at(obj: dict[str, Any], path: str) -> Any:
     return obj
 
 
-def _cel_rules(doc: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], bool]]]:
-    """Each rule bound to the (defaulted) value it guards; rules on absent fields don't run."""
+def cel_refusals(doc: dict[str, Any]) -> list[str]:
+    """"FIELD: message" of each CRD rule the (defaulted) resource breaks, FIELD as the API server
+    names it; a rule on an absent field does not run."""
     spec = apply_defaults(openapi_schema(), copy.deepcopy(doc))["spec"]
+    env = celpy.Environment()
     out = []
-    for path, rule, message in _rules():
+    for path, node, v in _file_rules():
         value = _at(spec, path)
-        if value is not None:
-            out.append((message, lambda _d, v=value, r=rule: CEL_TWINS[r](v)))
+        if value is None:
+            continue
+        self_ = celpy.json_to_cel(_as_api_server_types(node, value))
+        if not env.program(env.compile(v["rule"])).evaluate({"self": self_}):
+            out.append(f"spec{path}{v.get('fieldPath', '')}: {v['message']}")
     return out
 
 
-def test_every_cel_rule_has_a_python_twin() -> None:
-    assert {r for _, r, _ in _rules()} == set(CEL_TWINS)
-
-
-@pytest.mark.parametrize(
-    "doc", _docs(HERE / "invalid/cel.yaml"), ids=lambda d: d["metadata"]["name"]
-)
-def test_cel_rules_refuse_what_the_schema_lets_through(doc: dict[str, Any], validator) -> None:
-    validator.validate(doc)  # the OpenAPI part alone would accept it
-    failed = [message for message, check in _cel_rules(doc) if not check(doc)]
-    assert failed == [doc["metadata"]["annotations"]["rule"]]
-    with pytest.raises(SpecError):  # and the operator refuses it as well
+def operator_refusal(doc: dict[str, Any]) -> str | None:
+    try:
         parse_spec({**doc, "metadata": {**doc["metadata"], "namespace": "default"}})
+    except SpecError as e:
+        return str(e)
+    return None
+
+
+CEL_INVALID = _docs(HERE / "invalid/cel.yaml")
+
+
+def test_crd_file_carries_the_rules_table_each_at_its_path() -> None:
+    in_file = [(path.lstrip("."), v) for path, _, v in _file_rules()]
+    in_table = [(r.path, r.validation()) for r in RULES]
+    assert sorted(in_file, key=repr) == sorted(in_table, key=repr)
+    assert len(RULES) == 17 and len({r.rule for r in RULES}) == len(RULES)
+
+
+def test_every_rule_has_a_sample_that_breaks_it() -> None:
+    broken = {d["metadata"]["annotations"]["rule"] for d in CEL_INVALID}
+    assert {r.message for r in RULES} <= broken
+
+
+@pytest.mark.parametrize("doc", CEL_INVALID, ids=lambda d: d["metadata"]["name"])
+def test_each_rule_refuses_its_sample_in_the_crd_and_in_the_operator(doc, validator) -> None:
+    validator.validate(doc)  # the OpenAPI part alone would accept it
+    refused = cel_refusals(doc)
+    assert [r.split(": ", 1)[1] for r in refused] == [doc["metadata"]["annotations"]["rule"]]
+    said = operator_refusal(doc)
+    assert said is not None, "the operator accepted what the CRD refuses"
+    assert said.startswith(refused[0]), said  # the same field and message
+    assert said.count("; ") == 0, said  # and no other rule
+
+
+@pytest.mark.parametrize("doc", CEL_INVALID, ids=lambda d: d["metadata"]["name"])
+def test_without_the_rules_table_the_operator_accepts_the_samples(doc, monkeypatch) -> None:
+    """The operator's refusals above come from the table, not from a Python copy of a rule."""
+    monkeypatch.setattr(rules, "RULES", ())
+    assert operator_refusal(doc) is None
+
+
+NEAR_MISSES = [
+    {"model": {"source": "pvc://weights/llama-3"}},
+    {"rollout": {"maxSurge": 1, "maxUnavailable": 0}},
+    {"rollout": {"strategy": "Recreate", "maxSurge": 0, "maxUnavailable": "0%"}},
+    {"parallelism": {"tensor": "auto"}, "gpu": {"memoryGiB": 80}},
+    {"parallelism": {"tensor": "auto"}, "gpu": {"enabled": False}},
+    {"parallelism": {"tensor": 1}, "gpu": {"enabled": False}},
+    {"modelCache": {"pvc": {"claimName": "weights"}}},
+    {"model": {"cache": {"type": "emptyDir", "sizeLimit": "20Gi"}}},
+    {"model": {"cache": {"type": "sharedPVC", "claimName": "weights", "readOnly": True}}},
+    {"model": {"cache": {"type": "pvcPerReplica", "size": "50Gi", "storageClassName": "fast",
+                         "accessModes": ["ReadWriteOnce"]}}},
+    {"model": {"cache": {"type": "pvcPerReplica", "size": "50Gi"}},
+     "rollout": {"maxSurge": "0%", "maxUnavailable": 1}},
+    {"template": {"metadata": {"labels": {"app.kubernetes.io/part-of": "llm"}}}},
+    {"template": {"spec": {"container": {"resources": {"limits": {"cpu": "4"}}}}}},
+    {"gpu": {"resourceName": "amd.com/gpu"},
+     "template": {"spec": {"container": {"resources": {"limits": {"nvidia.com/gpu": 1}}}}}},
+    {"autoscaling": {"minReplicas": 2, "maxReplicas": 2}},
+    {"autoscaling": {"engine": "keda", "minReplicas": 0, "maxReplicas": 2}},
+    {"autoscaling": {"maxReplicas": 2, "metric": "kvCache", "target": 1}},  # an integer: a double
+    {"autoscaling": {"maxReplicas": 2, "metric": "tokens", "target": 800}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", NEAR_MISSES, ids=lambda s: json.dumps(s)[:60])
+def test_near_misses_pass_the_crd_and_the_operator(spec, make_body, validator) -> None:
+    doc = make_body(spec)
+    validator.validate(doc)
+    assert cel_refusals(doc) == []
+    assert operator_refusal(doc) is None
+
+
+def test_a_value_under_a_rule_is_named_in_the_operators_message(make_body) -> None:
+    said = operator_refusal(make_body({"model": {"source": "pvc://Bad_Claim"}}))
+    assert said == "spec.model.source: a pvc source is pvc://CLAIM/path, got 'pvc://Bad_Claim'"
+
+
+def test_a_rule_that_cannot_judge_a_value_refuses_it(make_body) -> None:
+    """A value of the wrong type (from an older CRD or no API server) fails the rule, as the API
+    server fails a rule whose evaluation errs."""
+    said = operator_refusal(make_body({"autoscaling": {"minReplicas": "two", "maxReplicas": 2}}))
+    assert said is not None and said.startswith(
+        "spec.autoscaling: minReplicas must not exceed maxReplicas (the rule could not be evaluated"
+    ), said
 
 
 def test_docs_describe_every_spec_field() -> None:

@@ -1,0 +1,220 @@
+"""The CRD's CEL rules (x-kubernetes-validations), one table for both judges: `crd.py` writes each
+rule into the schema at its path, and `violations` evaluates the very same expressions with
+cel-python, so the operator refuses what the API server refuses, in the API server's words.
+
+Why the operator judges them too, rather than trusting the API server: Helm installs a chart's
+crds/ once and never upgrades them, so an operator can run under an older CRD that lacks a newer
+rule, and resources parsed outside an API server (tests, tools) never met one. Why CEL evaluated
+here rather than a Python copy of each rule: a copy can drift from the CEL; the same expression
+cannot. What the OpenAPI part of the schema says (enums, bounds, list maps) and what no schema
+says (`spec.py`) stay Python checks.
+
+As the API server does: a rule runs only where its field is present (nulls pruned), after
+defaulting, on values typed by the schema (a `number` field is a double even when written 80)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+from radixserve_operator import LABEL_INSTANCE, LABEL_NAME
+
+SELECTOR_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE)  # the Deployment's selector: not the user's
+
+
+@dataclass(frozen=True)
+class Rule:
+    path: str  # the schema node under spec that holds the rule ("" is spec itself)
+    rule: str  # CEL; `self` is the value at path
+    message: str
+    field_path: str | None = None  # the field under path that the API server's error names
+
+    @property
+    def field(self) -> str:
+        """The field an error names, as the API server names it: spec.model.cache, spec.gpu."""
+        parts = ("spec", self.path, (self.field_path or "").lstrip("."))
+        return ".".join(p for p in parts if p)
+
+    def validation(self) -> dict[str, str]:
+        """The rule as an entry of x-kubernetes-validations."""
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+def _is_zero(field: str) -> str:  # an int-or-string count or percentage that is zero
+    return f"string({field}) in ['0', '0%']"
+
+
+PER_REPLICA_ROLLOUT = (
+    "model.cache type pvcPerReplica runs a StatefulSet, which replaces each pod in place with its "
+    "own volume: rollout.strategy must be RollingUpdate with maxSurge 0"
+)
+_RESOURCES = "self.template.spec.container.resources"
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "model.source",
+        "!self.startsWith('pvc://') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$')",
+        "a pvc source is pvc://CLAIM/path",
+    ),
+    # NOTE: the cache's type-specific fields have no defaults, so presence means the user set it.
+    Rule(
+        "model.cache",
+        "self.type != 'sharedPVC' || has(self.claimName)",
+        "type sharedPVC needs claimName",
+    ),
+    Rule(
+        "model.cache",
+        "self.type == 'sharedPVC' || (!has(self.claimName) && !has(self.readOnly))",
+        "claimName and readOnly are for type sharedPVC",
+    ),
+    Rule(
+        "model.cache",
+        "self.type == 'pvcPerReplica' || (!has(self.size) && "
+        "!has(self.storageClassName) && !has(self.accessModes))",
+        "size, storageClassName and accessModes are for type pvcPerReplica",
+    ),
+    Rule(
+        "model.cache",
+        "self.type != 'pvcPerReplica' || has(self.size)",
+        "type pvcPerReplica needs size",
+    ),
+    Rule(
+        "model.cache",
+        "self.type == 'emptyDir' || !has(self.sizeLimit)",
+        "sizeLimit is for type emptyDir",
+    ),
+    Rule(
+        "modelCache",
+        "has(self.pvc) != has(self.emptyDir)",
+        "set exactly one of pvc, emptyDir",
+    ),
+    Rule(
+        "rollout",
+        "self.strategy != 'RollingUpdate' || "
+        f"!({_is_zero('self.maxSurge')} && {_is_zero('self.maxUnavailable')})",
+        "maxSurge and maxUnavailable cannot both be zero",
+    ),
+    Rule(
+        "template.metadata",
+        f"!has(self.labels) || !self.labels.exists(k, k in {list(SELECTOR_LABEL_KEYS)!r})",
+        f"the selector labels {', '.join(SELECTOR_LABEL_KEYS)} are the operator's",
+    ),
+    Rule(
+        "template.spec.container",
+        "!has(self.command) && !has(self.args)",
+        "the server's command and args are the operator's: use spec.runtime (and "
+        "spec.runtime.extraArgs for other flags)",
+    ),
+    Rule(
+        "autoscaling",
+        "self.minReplicas <= self.maxReplicas",
+        "minReplicas must not exceed maxReplicas",
+    ),
+    Rule(
+        "autoscaling",
+        "self.minReplicas > 0 || self.engine == 'keda'",
+        "scale to zero (minReplicas 0) needs engine keda",
+    ),
+    Rule(
+        "autoscaling",
+        "self.metric != 'kvCache' || !has(self.target) || self.target <= 1.0",
+        "a kvCache target is a ratio: at most 1",
+    ),
+    Rule(
+        "",
+        "string(self.parallelism.tensor) != 'auto' || !self.gpu.enabled || "
+        "has(self.gpu.memoryGiB)",
+        "parallelism.tensor auto needs gpu.memoryGiB",
+        ".gpu",
+    ),
+    Rule(
+        "",
+        "self.gpu.enabled || string(self.parallelism.tensor) in ['1', 'auto']",
+        "a CPU replica (gpu.enabled false) runs with tensor parallelism 1",
+        ".parallelism.tensor",
+    ),
+    Rule(
+        "",
+        "!has(self.model.cache) || self.model.cache.type != 'pvcPerReplica' || "
+        f"(self.rollout.strategy == 'RollingUpdate' && {_is_zero('self.rollout.maxSurge')})",
+        PER_REPLICA_ROLLOUT,
+        ".rollout",
+    ),
+    Rule(
+        "",
+        "!has(self.template) || !has(self.template.spec) || !has(self.template.spec.container) || "
+        f"!has({_RESOURCES}) || "
+        f"((!has({_RESOURCES}.limits) || !(self.gpu.resourceName in {_RESOURCES}.limits)) && "
+        f"(!has({_RESOURCES}.requests) || !(self.gpu.resourceName in {_RESOURCES}.requests)))",
+        "the GPU count is the operator's (parallelism.tensor): remove gpu.resourceName from "
+        "template.spec.container.resources",
+        ".template",
+    ),
+)
+
+
+def validations(path: str) -> dict[str, Any]:
+    """The schema keys that carry the rules at `path` (none: no key), for `crd.py`."""
+    here = [r.validation() for r in RULES if r.path == path]
+    return {"x-kubernetes-validations": here} if here else {}
+
+
+@functools.cache
+def _program(expression: str) -> celpy.Runner:
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def _typed(schema: dict[str, Any], value: Any) -> Any:
+    """`value` as CEL sees it under `schema`: nulls pruned, a `number` a double."""
+    if isinstance(value, dict):
+        props, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+        extra = extra if isinstance(extra, dict) else {}
+        return celtypes.MapType(
+            {
+                celtypes.StringType(k): _typed(props.get(k) or extra, v)
+                for k, v in value.items()
+                if v is not None
+            }
+        )
+    if isinstance(value, list):
+        return celtypes.ListType([_typed(schema.get("items") or {}, v) for v in value])
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return celtypes.DoubleType(value)
+    return celpy.json_to_cel(value)
+
+
+def _at(spec: dict[str, Any], schema: dict[str, Any], path: str) -> tuple[Any, dict[str, Any]]:
+    """The value at `path` under spec and its schema; (None, {}) where the value is absent."""
+    value: Any = spec
+    for key in filter(None, path.split(".")):
+        if not isinstance(value, dict) or value.get(key) is None:
+            return None, {}
+        value, schema = value[key], (schema.get("properties") or {}).get(key) or {}
+    return value, schema
+
+
+def violations(spec: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What each rule that `spec` (defaulted, under the CRD's `schema` of spec) breaks says, after
+    the field it names; empty when it breaks none."""
+    out = []
+    for r in RULES:
+        value, node = _at(spec, schema, r.path)
+        if value is None:
+            continue
+        try:
+            ok = bool(_program(r.rule).evaluate({"self": _typed(node, value)}))
+        except celpy.CELEvalError as e:  # the API server refuses what its rule cannot judge
+            out.append(f"{r.field}: {r.message} (the rule could not be evaluated: {e.args[0]})")
+            continue
+        if not ok:
+            got = f", got {value!r}" if isinstance(value, (str, int, float)) else ""
+            out.append(f"{r.field}: {r.message}{got}")
+    return out
