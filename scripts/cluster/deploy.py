@@ -17,6 +17,7 @@ OPERATOR_NS = "radixserve-system"
 IMAGES = {  # what scripts.images builds -> the names the chart and the samples use
     "radixserve-cpu": ("ghcr.io/radixserve/radixserve:0.1.0-cpu",),
     "radixserve-operator": ("ghcr.io/radixserve/radixserve-operator:0.1.0",),
+    "radixserve-router": ("ghcr.io/radixserve/radixserve-router:0.1.0",),  # spec.router's default
 }
 CHART = Path(__file__).resolve().parents[2] / "charts" / "radixserve"
 

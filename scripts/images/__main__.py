@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"images to build (default: all of {', '.join(IMAGES)})")
     b.add_argument("--force", action="store_true", help="rebuild even when the archive is current")
     b.add_argument("--verify", action="store_true", help="run each image's smoke check after")
-    sub.add_parser("lock", help="resolve the pins into scripts/images/constraints/ (needs PyPI)")
+    lk = sub.add_parser("lock", help="resolve the pins into scripts/images/constraints/ (needs PyPI)")
+    lk.add_argument("locks", nargs="*", metavar="LOCK", help="only these locks (default: all)")
     v = sub.add_parser("verify", help="run the smoke checks of built images")
     v.add_argument("names", nargs="*", metavar="NAME")
     sub.add_parser("list", help="the archives there are")
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "lock":
             from .lock import lock
 
-            lock()
+            lock(only=tuple(args.locks))
             return 0
         if args.cmd == "list":
             for name, path in archives().items():

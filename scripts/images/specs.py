@@ -1,4 +1,4 @@
-"""What gets built: the base image's recipe and the two images, each a Dockerfile target."""
+"""What gets built: the base image's recipe and the images, each a Dockerfile target."""
 
 from __future__ import annotations
 
@@ -62,5 +62,6 @@ IMAGES: dict[str, ImageSpec] = {
             {"TORCH_VERSION": TORCH_CPU_VERSION, "TORCH_CPU_INDEX": "https://pypi.org/simple"},
         ),
         ImageSpec("radixserve-operator", "operator", ("build", "operator")),
+        ImageSpec("radixserve-router", "router", ("router",)),
     )
 }

@@ -1,6 +1,6 @@
 """Smoke checks of a built image, run in a buildah container with no network: the CPU image
 imports the engine and answers a prompt with the embedded model; the operator image imports
-the operator and kopf."""
+the operator and kopf; the router image runs the gateway's binary."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ CHECKS: dict[str, list[list[str]]] = {
         ["python", "-c", "import importlib.util as u; assert u.find_spec('torch') is None"],
         ["radixserve-operator", "--help"],  # the entry point's script, on PATH, in the venv
     ],
+    "radixserve-router": [["smg", "--version"]],
 }
 
 

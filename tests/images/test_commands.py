@@ -156,9 +156,13 @@ def test_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_image_list_is_what_the_cluster_loads() -> None:
+    from scripts.cluster.deploy import IMAGES as LOADED
+
     assert {s.tag for s in IMAGES.values()} == {"localhost/radixserve-cpu:dev",
-                                                "localhost/radixserve-operator:dev"}
-    assert {s.target for s in IMAGES.values()} == {"runtime-cpu", "operator"}
+                                                "localhost/radixserve-operator:dev",
+                                                "localhost/radixserve-router:dev"}
+    assert {s.target for s in IMAGES.values()} == {"runtime-cpu", "operator", "router"}
+    assert set(LOADED) == set(IMAGES), "make deploy imports every image built"
 
 
 def test_builds_hold_one_lock_across_processes(cache: Path) -> None:

@@ -1,6 +1,7 @@
-"""The node tier's images, built for real: both archives from `buildah bud` of the Dockerfile,
+"""The node tier's images, built for real: every archive from `buildah bud` of the Dockerfile,
 the CPU image answering a prompt with the embedded model in a network-less container, the
-operator image importing its operator. Minutes cold, seconds when the archives are current."""
+operator image importing its operator, the router image running the gateway. Minutes cold,
+seconds when the archives are current."""
 
 from __future__ import annotations
 
@@ -43,3 +44,10 @@ def test_operator_image_has_the_operator_and_no_torch(built: dict) -> None:
     imports, _, usage = verify("radixserve-operator")  # the second check fails if torch is there
     assert imports.startswith("kopf "), imports
     assert "--all-namespaces" in usage, usage
+
+
+def test_router_image_runs_the_pinned_gateway(built: dict) -> None:
+    from scripts.images.lock import dockerfile_arg
+
+    (version,) = verify("radixserve-router")
+    assert dockerfile_arg("SMG_VERSION") in version, version
