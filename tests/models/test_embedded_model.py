@@ -34,6 +34,9 @@ def test_embedded_model_converts_once_and_matches_transformers(cache, monkeypatc
     assert path == cache / "SmolLM2-135M-Instruct"
     assert [p.name for p in cache.iterdir()] == [path.name]  # no temp dir left behind
     assert list(path.glob("*.safetensors")) and (path / "config.json").exists()
+    # readable by every user: an image converts it as root, its server runs as another user
+    assert {f.name: f.stat().st_mode & 0o777 for f in path.iterdir()} == {
+        f.name: 0o644 for f in path.iterdir()}
 
     def no_second_conversion(*args: object) -> None:
         raise AssertionError("converted again")

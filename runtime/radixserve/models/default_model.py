@@ -90,6 +90,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
             del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
         logger.info("convert: done, safetensors written in %.1fs", time.perf_counter() - t0)
+        # NOTE: transformers writes the safetensors owner-only (0600): a cache made by one user
+        # (an image's build, as root) must be readable by the server's user
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         tmp.chmod(0o755)
         try:
             tmp.rename(target)
