@@ -222,17 +222,31 @@ def test_kubectl_logs_show_the_access_lines(stack: Stack) -> None:
 
 
 def test_helm_test_runs_the_charts_test_pod(stack: Stack) -> None:
+    """`helm test` passes against the served resource and fails against a missing one."""
     import helm_python as helm
     from scripts.cluster.deploy import CHART, RELEASE
 
     from tests.e2e.conftest import OPERATOR_VALUES
 
-    values = OPERATOR_VALUES | {"test": {"inferenceService": NAME, "namespace": stack.serving_ns}}
-    with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
-        cfg.upgrade(str(CHART), RELEASE, values, namespace=stack.operator_ns, wait="watcher",
-                    timeout=300)
-        result = cfg.test(RELEASE, timeout=300, logs=True)  # a failing test pod raises
-    assert "completion:" in result["logs"], result
+    def helm_test(target: str) -> None:
+        values = OPERATOR_VALUES | {"test": {"inferenceService": target,
+                                             "namespace": stack.serving_ns, "timeoutSeconds": 20}}
+        with helm.Config(kubeconfig_path=str(stack.kubeconfig), namespace=stack.operator_ns) as cfg:
+            cfg.upgrade(str(CHART), RELEASE, values, namespace=stack.operator_ns, wait="watcher",
+                        timeout=300)
+            # NOTE: no `logs=True`: Helm reads test pods' logs in the release's namespace, and
+            # this pod runs in the resource's
+            cfg.test(RELEASE, timeout=300)  # a failed test pod raises
+
+    helm_test(NAME)
+    pod = stack.kubectl.get("pod", f"radixserve-test-{NAME}", stack.serving_ns)
+    if pod is not None:  # kept until the next run (hook-delete-policy before-hook-creation)
+        assert pod["status"]["phase"] == "Succeeded"
+        logs = stack.kubectl("logs", f"radixserve-test-{NAME}", "-n", stack.serving_ns)
+        assert "completion:" in logs, logs
+    with pytest.raises(helm.errors.HelmReleaseError):
+        helm_test("not-served")
+    helm_test("")  # the chart's default again: no test pod
 
 
 def _client(stack: Stack) -> ClientLoop:
