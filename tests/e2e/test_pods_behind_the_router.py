@@ -1,0 +1,139 @@
+"""Real pods behind the cache-aware router: an InferenceService with `spec.router.enabled` and two
+replicas gets a gateway pod (the router image, `smg`) that discovers the replicas by label and
+answers in-cluster like a single server; a rolling update and a scale-down under a client loop
+through the gateway lose no request. Runs before the real-pod suite's uninstall (file order)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.e2e.client_loop import ClientLoop
+from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
+from tests.e2e.kind_cluster import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
+
+SAMPLE = REPO / "manifests" / "samples" / "inferenceservice-cpu.yaml"
+NAME = "smollm2-routed"
+ROUTER = f"{NAME}-router"
+READY_TIMEOUT = 900
+
+ASK = """
+import json, sys, urllib.request
+base = sys.argv[1]
+model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24, "temperature": 0}
+req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(req, timeout=300))
+# the gateway's worker list (its own API, at its root)
+answer["workers"] = urllib.request.urlopen(base.removesuffix("/v1") + "/workers", timeout=60).read().decode()
+print(json.dumps(answer))
+"""
+
+
+def _spec() -> dict:
+    sample = yaml.safe_load(SAMPLE.read_text())
+    sample["metadata"]["name"] = NAME
+    spec = sample["spec"]
+    spec["replicas"] = 2
+    spec["resources"]["requests"] = {"cpu": "250m", "memory": "1Gi"}
+    spec["rollout"] = {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}
+    spec["router"] = {"enabled": True, "policy": "cache_aware",
+                      "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"memory": "1Gi"}}}
+    return sample
+
+
+def _wait_ready(stack: Stack, replicas: int) -> dict:
+    def probe() -> dict | None:
+        obj = stack.kubectl.get("rsvc", NAME, stack.serving_ns) or {}
+        st, gen = obj.get("status", {}), obj.get("metadata", {}).get("generation")
+        ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+        router = stack.kubectl.get("deployment", ROUTER, stack.serving_ns) or {}
+        done = (ready.get("status") == "True" and ready.get("observedGeneration") == gen
+                and st.get("readyReplicas") == replicas
+                and router.get("status", {}).get("readyReplicas") == 1)
+        return obj if done else None
+
+    return wait_for(f"{NAME} Ready with {replicas} replicas and its router", probe, READY_TIMEOUT,
+                    interval=3)
+
+
+def _ask_in_cluster(stack: Stack, base_url: str) -> dict:
+    k, pod = stack.kubectl, "ask-router"
+    k("delete", "pod", pod, "-n", stack.serving_ns, "--ignore-not-found", "--wait=true")
+    k("run", pod, "-n", stack.serving_ns, f"--image={RUNTIME_CPU_IMAGE}",
+      "--image-pull-policy=Never", "--restart=Never", "--command", "--", "python", "-c", ASK,
+      base_url)
+    def finished() -> str | None:
+        phase = k("get", "pod", pod, "-n", stack.serving_ns, "-o",
+                  "jsonpath={.status.phase}").strip()
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    try:
+        phase = wait_for(f"pod {pod} to finish", finished, timeout=420)
+        logs = k("logs", pod, "-n", stack.serving_ns)
+        assert phase == "Succeeded", logs
+        return json.loads(logs.strip().splitlines()[-1])
+    finally:
+        k("delete", "pod", pod, "-n", stack.serving_ns, "--wait=false", check=False)
+
+
+def _server_pods(stack: Stack) -> list[dict]:
+    # the servers' own selector: the router's pods share the instance label, not the name
+    pods = stack.kubectl.json("get", "pods", "-n", stack.serving_ns, "-l",
+                              f"app.kubernetes.io/instance={NAME},app.kubernetes.io/name=radixserve")
+    return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_the_router_discovers_the_replicas_and_answers_in_cluster(stack: Stack) -> None:
+    stack.kubectl("apply", "-n", stack.serving_ns, "-f", "-", input=yaml.safe_dump(_spec()))
+    obj = _wait_ready(stack, replicas=2)
+    endpoint = obj["status"]["endpoint"]
+    assert endpoint == f"http://{ROUTER}.{stack.serving_ns}.svc:8000/v1"
+    assert len(_server_pods(stack)) == 2
+    answer = _ask_in_cluster(stack, endpoint)
+    assert "paris" in answer["choices"][0]["message"]["content"].lower(), answer
+    # the gateway lists both replicas' pod addresses as its workers
+    for pod in _server_pods(stack):
+        assert f"{pod['status']['podIP']}:8000" in answer["workers"], answer["workers"]
+
+
+def test_rollout_and_scale_down_through_the_router_lose_no_request(stack: Stack) -> None:
+    client = ClientLoop(stack.kubectl, stack.serving_ns, RUNTIME_CPU_IMAGE,
+                        f"http://{ROUTER}.{stack.serving_ns}.svc:8000/v1")
+    try:
+        client.wait_ok(3)
+        stack.kubectl("patch", "rsvc", NAME, "-n", stack.serving_ns, "--type=merge", "-p",
+                      json.dumps({"spec": {"runtime": {"maxRunningRequests": 8}}}))
+        _wait_ready(stack, replicas=2)
+        client.wait_ok(client.ok_seen() + 3)
+        stack.kubectl("scale", f"rsvc/{NAME}", "-n", stack.serving_ns, "--replicas=1")
+        _wait_ready(stack, replicas=1)
+        wait_for("one server pod left", lambda: len(_server_pods(stack)) == 1, timeout=300,
+                 interval=3)
+        client.wait_ok(client.ok_seen() + 3)
+    finally:
+        tally = client.stop()
+    print(f"client loop through the router: {tally['ok']} answered, {tally['failed']} failed")
+    assert tally["failed"] == 0, tally["errors"]
+    for pod in _server_pods(stack):
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--max-running-requests") + 1] == "8"
+
+
+def test_deleting_it_removes_the_router_too(stack: Stack) -> None:
+    stack.kubectl("delete", "rsvc", NAME, "-n", stack.serving_ns, "--timeout=180s")
+
+    def left() -> str:
+        return stack.kubectl("get", "deployments,services,pods,serviceaccounts,roles,rolebindings",
+                             "-n", stack.serving_ns, "-l", f"app.kubernetes.io/instance={NAME}",
+                             "-o", "name").strip()
+
+    wait_for(f"children of {NAME} (router included) garbage-collected", lambda: left() == "",
+             timeout=300, interval=3)
