@@ -517,7 +517,7 @@ def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int]
     table, and the new tokens' q/k/v. `extend_lens` all 1 gives a decode batch. `kv_dtype`
     float8_e4m3fn: an FP8 pool with `FP8_SCALES` in every layer."""
     from radixserve.attention.base import AttnConfig
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
     from radixserve.kvcache.pool import MHAKVPool
 
     gen = torch.Generator().manual_seed(seed)

@@ -75,7 +75,7 @@ def pooled_logits(model, ids: list[int], kv_dtype: torch.dtype = torch.float32):
 
     from radixserve.attention.base import AttnConfig
     from radixserve.attention.torch_backend import TorchBackend
-    from radixserve.engine.context import forward_batch
+    from radixserve.core.context import forward_batch
     from radixserve.kvcache.pool import MHAKVPool
     from radixserve.models import hf_config as hc
 
@@ -143,8 +143,8 @@ def prefill_then_decode(model, backend_cls, ids: list[int]):
 
     from radixserve.attention.base import AttnConfig
     from radixserve.attention.torch_backend import TorchBackend
-    from radixserve.engine.batch import Batch
-    from radixserve.engine.context import forward_batch
+    from radixserve.core.batch import Batch
+    from radixserve.core.context import forward_batch
     from radixserve.kvcache.pool import MHAKVPool
     from radixserve.models import hf_config as hc
 

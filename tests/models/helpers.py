@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.attention.base import BaseAttnBackend
-from radixserve.engine.batch import Batch
-from radixserve.engine.context import forward_batch
+from radixserve.core.batch import Batch
+from radixserve.core.context import forward_batch
 from radixserve.models.base import BaseCausalLM
 
 

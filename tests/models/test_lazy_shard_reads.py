@@ -5,7 +5,7 @@ import torch
 from safetensors import safe_open
 
 from radixserve.distributed import set_tp_info
-from radixserve.models import lazy_weight
+from radixserve.layers import lazy_weight
 from radixserve.models.loader import load_model
 from radixserve.testing import write_tiny_checkpoint
 

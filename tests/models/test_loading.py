@@ -13,9 +13,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from radixserve.models.architectures import get_model_class
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.loader import load_model, resolve_dtype
-from radixserve.models.registry import get_model_class
 from tests.models.helpers import hf_logits, our_logits
 
 IDS = list(range(7, 57))

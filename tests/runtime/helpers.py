@@ -42,7 +42,7 @@ def greedy_reference(ckpts: dict[str, Path], lengths: list[int], max_new: int) -
 def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
     """Every position's float32 logits of one prefill batch holding all `prompts`, through the
     engine's attention backend and KV pool (each prompt on its own row and fresh pages)."""
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
     dev, page = engine.device, engine.page_size
     lens = [len(p) for p in prompts]

@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
+from radixserve.core.request import Req
+from radixserve.core.table import TableManager
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.batch_builder import build_batch
-from radixserve.scheduler.req import Req
-from radixserve.scheduler.table import TableManager
 
 
 def _table(rows: int, cols: int) -> TableManager:

@@ -13,11 +13,11 @@ import random
 
 import torch
 
+from radixserve.core.request import Req
+from radixserve.core.table import TableManager
 from radixserve.engine.cuda_graph import GraphCaptureBuffer
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.batch_builder import build_batch
-from radixserve.scheduler.req import Req
-from radixserve.scheduler.table import TableManager
 
 ROWS, COLS, DUMMY = 10, 64, 9999
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixserve.engine.batch import Batch
+from radixserve.core.batch import Batch
 from radixserve.engine.prefill_graph import PrefillGraphRunner, prefill_token_counts
 from tests.runtime.helpers import random_prompts
 

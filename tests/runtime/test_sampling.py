@@ -51,8 +51,8 @@ def test_repetition_penalty_matches_transformers(llm, prompts, tiny_ckpts) -> No
 
 
 def test_frequency_and_presence_penalties_follow_openai_definition() -> None:
+    from radixserve.core.request import Req
     from radixserve.engine.sampler import apply_penalties
-    from radixserve.scheduler.req import Req
 
     req = Req(0, [1], SamplingParams(frequency_penalty=0.5, presence_penalty=0.25))
     req.output_ids = [2, 2, 3]
@@ -83,8 +83,8 @@ def test_logprobs_are_log_softmax_of_logits(llm) -> None:
 def test_model_dtype_logits_are_sampled_in_float32() -> None:
     """The engine hands over bfloat16 logits; greedy rows pick the float32 argmax and logprobs
     are computed after widening (bfloat16 log-softmax would be off by ~1e-2)."""
+    from radixserve.core.request import Req
     from radixserve.engine.sampler import Sampler
-    from radixserve.scheduler.req import Req
 
     logits = (torch.randn(2, 500, generator=torch.Generator().manual_seed(0)) * 4).bfloat16()
     reqs = [Req(0, [1], SamplingParams()), Req(1, [1], SamplingParams(logprobs=3))]
@@ -103,8 +103,8 @@ def test_model_dtype_logits_are_sampled_in_float32() -> None:
 def test_sampled_tokens_reach_the_token_store() -> None:
     """Both the greedy fast path and the float32 path (a sampled request beside a greedy one)
     write each request's token where the next step reads it, and nothing else."""
+    from radixserve.core.request import Req
     from radixserve.engine.sampler import Sampler
-    from radixserve.scheduler.req import Req
     from radixserve_kernels import TokenStore
 
     logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))

@@ -252,9 +252,9 @@ def test_sampler_is_numerically_safe_for_every_accepted_value() -> None:
 
     import torch
 
+    from radixserve.core.request import Req
     from radixserve.engine.sampler import Sampler
     from radixserve.sampling_params import SamplingParams
-    from radixserve.scheduler.req import Req
 
     grid = {"temperature": [1e-37, 5e-324, 1.0, 100.0], "top_p": [5e-324, 0.5, 1.0], "top_k": [-1, 2, 2**31 - 1],
             "min_p": [0.0, 1.0], "frequency_penalty": [-2.0, 2.0], "repetition_penalty": [5e-324, 1e-40, 2.0],

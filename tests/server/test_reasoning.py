@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from radixserve.server.auto_tool_parsers import HermesParser
-from radixserve.server.chat_output import ChatOutput
-from radixserve.server.reasoning import ReasoningParser
-from radixserve.server.tool_parsers import PlainParser
+from radixserve.postprocess.auto_tool_parsers import HermesParser
+from radixserve.postprocess.chat_output import ChatOutput
+from radixserve.postprocess.reasoning import ReasoningParser
+from radixserve.postprocess.tool_parsers import PlainParser
 
 
 def _split(mode: str, text: str, chunk: int) -> tuple[str, str]:

@@ -112,7 +112,7 @@ class _FakeScheduler:
         return []
 
     def step(self) -> list:
-        from radixserve.scheduler.output import TokenOutput
+        from radixserve.core.output import TokenOutput
 
         self.n += 1
         if self.n == self.interrupt_at:

@@ -8,14 +8,19 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from radixserve.server.auto_tool_parsers import (
+from radixserve.postprocess.auto_tool_parsers import (
     HermesParser,
     Llama3JsonParser,
     detect_tool_parser,
     parse_call,
 )
-from radixserve.server.chat_output import ChatOutput
-from radixserve.server.tool_parsers import CallStart, Content, NamedCallParser, RequiredCallsParser
+from radixserve.postprocess.chat_output import ChatOutput
+from radixserve.postprocess.tool_parsers import (
+    CallStart,
+    Content,
+    NamedCallParser,
+    RequiredCallsParser,
+)
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
 

@@ -10,7 +10,7 @@ import torch
 from radixserve.utils.registry import Registry
 
 if TYPE_CHECKING:
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
     from radixserve.kvcache.pool import MHAKVPool
     from radixserve_kernels import NewTokenKV
 

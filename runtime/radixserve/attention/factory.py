@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
+from radixserve.attention.flashinfer_limits import flashinfer_head_dim_blocker
 from radixserve.attention.hybrid import HybridBackend
 from radixserve_kernels.kv_quant import is_fp8
 
@@ -83,19 +84,6 @@ def flashinfer_blocker(cfg: AttnConfig | None = None) -> str | None:
         return (f"FlashInfer's prebuilt kernels lack the FA2 prefill for head_dim {cfg.head_dim}, "
                 f"{cfg.dtype} over a {cfg.kv_dtype} KV cache, and {build} to build it")
     return None
-
-
-# FlashInfer's FA2 kernels tile head_dim by 16 into at least four MMAs: a smaller head fails at its
-# first prefill ("Invalid configuration ... NUM_MMA_D_QK=1", measured on the H200 with head_dim 16)
-FLASHINFER_MIN_HEAD_DIM = 64
-
-
-def flashinfer_head_dim_blocker(head_dim: int) -> str | None:
-    """Why FlashInfer's kernels cannot serve heads of `head_dim`, or None."""
-    if head_dim >= FLASHINFER_MIN_HEAD_DIM and head_dim % 16 == 0:
-        return None
-    return (f"FlashInfer's kernels need head_dim a multiple of 16 and at least "
-            f"{FLASHINFER_MIN_HEAD_DIM}, not {head_dim}")
 
 
 def _prefill_module_prebuilt(cfg: AttnConfig) -> bool | None:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
-from radixserve.attention.factory import flashinfer_head_dim_blocker
+from radixserve.attention.flashinfer_limits import flashinfer_head_dim_blocker
 from radixserve.attention.triton_backend import TritonBackend
 from radixserve_kernels.kv_quant import is_fp8
 
 if TYPE_CHECKING:
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
 _WORKSPACE_BYTES = 128 * 1024 * 1024
 _INT_WORKSPACE_BYTES = 8 * 1024 * 1024

@@ -10,7 +10,7 @@ from radixserve.attention.base import BaseAttnBackend
 from radixserve.attention.mixed import MixedParts, attend_parts, split_decode_tail
 
 if TYPE_CHECKING:
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
     from radixserve_kernels import NewTokenKV
 
 

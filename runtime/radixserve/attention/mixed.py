@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from radixserve.engine.batch import Batch
+from radixserve.core.batch import Batch
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend

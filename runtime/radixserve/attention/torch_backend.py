@@ -26,7 +26,7 @@ from radixserve.attention.base import ATTN_BACKENDS, BaseAttnBackend
 from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 if TYPE_CHECKING:
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
 Q_TILE = 512  # queries of one request per SDPA call
 

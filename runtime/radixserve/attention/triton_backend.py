@@ -11,7 +11,7 @@ from radixserve.attention.mixed import MixedParts, attend_parts, split_decode_ta
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
     from radixserve_kernels import NewTokenKV
 
 

@@ -50,7 +50,7 @@ class TeacherForced(NamedTuple):
 def teacher_forced(sched: Scheduler, ids: Sequence[int], chunk: int = 256) -> TeacherForced:
     """`ids` prefilled `chunk` tokens at a time into one request's KV (slots from the scheduler's
     cache manager, freed after); every position's NLL of the next token, and its argmax."""
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
     if sched.has_work:
         raise RuntimeError("teacher_forced needs an idle scheduler")

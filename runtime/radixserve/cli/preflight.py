@@ -118,8 +118,8 @@ def check_model_shape(eng: EngineConfig, shape: SimpleNamespace) -> None:
 def check_architecture(shape: SimpleNamespace) -> None:
     """The config names an architecture this engine runs (imports the model classes, so torch),
     quantized, if at all, in a format it loads."""
+    from radixserve.models.architectures import get_model_class
     from radixserve.models.quantization import read_quantization
-    from radixserve.models.registry import get_model_class
 
     if hasattr(shape, "architectures"):
         try:

@@ -15,7 +15,7 @@ from radixserve.cli.preflight import (
     resolve_model,
 )
 from radixserve.config import ServerConfig, add_chat_template_arg, add_engine_args
-from radixserve.server.reasoning import REASONING_PARSERS
+from radixserve.postprocess.reasoning import REASONING_PARSERS
 from radixserve.server.startup_responder import StartupResponder
 
 

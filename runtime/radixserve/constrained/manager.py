@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 from radixserve.constrained.bitmask import GrammarMasker
 from radixserve.constrained.compiler import GrammarCompiler, GrammarError
 from radixserve.constrained.matcher import GrammarState
-from radixserve.scheduler.output import RequestFailure
+from radixserve.core.output import RequestFailure
 
 if TYPE_CHECKING:
     import torch
 
-    from radixserve.scheduler.req import Req
+    from radixserve.core.request import Req
 
 logger = logging.getLogger(__name__)
 

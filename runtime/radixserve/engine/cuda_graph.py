@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from radixserve.engine.batch import Batch
+from radixserve.core.batch import Batch
 from radixserve.engine.graph_edges import finish_capture, new_graph
 
 if TYPE_CHECKING:

@@ -11,9 +11,10 @@ import torch
 from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
 from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig
+from radixserve.core.batch import Batch
+from radixserve.core.context import forward_batch
+from radixserve.core.table import TableManager
 from radixserve.distributed import get_comm, get_tp_info
-from radixserve.engine.batch import Batch
-from radixserve.engine.context import forward_batch
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.kv_sizing import kv_token_capacity
@@ -25,7 +26,6 @@ from radixserve.kvcache.sizing import kv_bytes_per_token
 from radixserve.models.decoder import DecoderModel
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.loader import load_model, resolve_dtype
-from radixserve.scheduler.table import TableManager
 from radixserve.utils import kernel_path
 from radixserve_kernels import set_pdl
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixserve.engine.batch import Batch
-from radixserve.engine.context import forward_batch
+from radixserve.core.batch import Batch
+from radixserve.core.context import forward_batch
 from radixserve.engine.graph_edges import finish_capture, new_graph
 from radixserve.models.decoder import AttnInputs, DecoderModel, PieceBuffers
 

@@ -11,7 +11,7 @@ from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore, argmax_rows, argmax_rows_ref, store_tokens_ref
 
 if TYPE_CHECKING:
-    from radixserve.scheduler.req import Req
+    from radixserve.core.request import Req
 
 _MIN_TEMPERATURE = 1e-6  # below this, sampling is greedy in float32 anyway
 

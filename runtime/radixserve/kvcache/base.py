@@ -87,8 +87,6 @@ PREFIX_CACHES: Registry[type[BasePrefixCache]] = Registry("prefix cache")
 
 
 def create_prefix_cache(name: str, page_size: int, device: torch.device | str) -> BasePrefixCache:
-    # Importing the implementations registers them.
-    import radixserve.kvcache.naive
-    import radixserve.kvcache.radix  # noqa: F401
-
+    # NOTE: the package's `__init__` imports every implementation (which registers it) before
+    # anyone can reach this module, so the registry is full without importing them back here.
     return PREFIX_CACHES.get(name)(page_size, device)

@@ -69,7 +69,7 @@ def checkpoint_kv_scales(model_dir: Path, num_layers: int) -> KVScales:
     default everywhere when it has none. Reads only the scale tensors."""
     from safetensors import safe_open
 
-    from radixserve.models.loader import safetensors_files
+    from radixserve.utils.checkpoint_files import safetensors_files
 
     found: dict[str, dict[int, float]] = {"k": {}, "v": {}}
     for path in safetensors_files(model_dir):

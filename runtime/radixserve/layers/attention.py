@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import nn
 
-from radixserve.engine.context import get_context
+from radixserve.core.context import get_context
 from radixserve_kernels import NewTokenKV, RopeParams
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
 
 class KVDestination(NamedTuple):

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.distributed import get_comm, get_tp_info
+from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import new_param
-from radixserve.models.lazy_weight import materialize
 
 
 class VocabParallelEmbedding(nn.Module):

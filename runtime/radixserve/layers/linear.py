@@ -9,8 +9,8 @@ from torch import nn
 
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.layers.fp8_linear import fp8_linear
+from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
-from radixserve.models.lazy_weight import materialize
 from radixserve.utils import kernel_path
 from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
 

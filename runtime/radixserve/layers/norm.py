@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape, new_param
-from radixserve.models.lazy_weight import materialize
 from radixserve.utils import kernel_path
 from radixserve_kernels import (
     fused_add_rms_norm,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from radixserve.models.lazy_weight import materialize
+from radixserve.layers.lazy_weight import materialize
 
 
 def new_param(*shape: int) -> nn.Parameter:

@@ -15,7 +15,7 @@ class BaseCausalLM(nn.Module, ABC):
     @abstractmethod
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T] for the batch in the forward context. Returns hidden [T, H]
-        after the final norm. Attention reads `radixserve.engine.context.get_context()`."""
+        after the final norm. Attention reads `radixserve.core.context.get_context()`."""
 
     @abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from radixserve.layers.fp8_linear import FP8_DTYPE, fits_scaled_mm, to_fp8_linear
+from radixserve.layers.lazy_weight import LazyWeight, materialize
 from radixserve.layers.linear import _Linear
-from radixserve.models.lazy_weight import LazyWeight, materialize
 from radixserve.models.quantization import Fp8Scheme
 from radixserve.models.weights import WeightNameMap
 

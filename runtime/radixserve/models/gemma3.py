@@ -14,6 +14,7 @@ from torch import nn
 
 from radixserve.layers import RMSNorm, RotaryEmbedding, VocabParallelEmbedding
 from radixserve.layers.activation import GeluTanhAndMul
+from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape
 from radixserve.models import hf_config as hc
 from radixserve.models.decoder import (
@@ -24,7 +25,6 @@ from radixserve.models.decoder import (
     DecoderModel,
     DenseMLP,
 )
-from radixserve.models.lazy_weight import materialize
 from radixserve.models.registry import MODELS
 
 SLIDING, FULL = "sliding_attention", "full_attention"

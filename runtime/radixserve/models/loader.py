@@ -4,7 +4,6 @@ checkpoint's safetensors, one tensor at a time."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,12 +11,13 @@ from typing import Any
 
 import torch
 
+from radixserve.layers.lazy_weight import LazyWeight
+from radixserve.models.architectures import get_model_class
 from radixserve.models.base import BaseCausalLM
 from radixserve.models.fp8_weights import fp8_weights, keep_fp8_layers, read_scales
-from radixserve.models.lazy_weight import LazyWeight
 from radixserve.models.quantization import read_quantization
-from radixserve.models.registry import get_model_class
 from radixserve.models.weights import WeightNameMap
+from radixserve.utils.checkpoint_files import safetensors_files
 
 logger = logging.getLogger(__name__)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -48,19 +48,6 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(old)
-
-
-def safetensors_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return [model_dir / f for f in sorted(set(weight_map.values()))]
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(
-            f"no *.safetensors weights in {model_dir} (other formats are not supported)"
-        )
-    return files
 
 
 def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, LazyWeight]]:

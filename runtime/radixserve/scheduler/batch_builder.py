@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from radixserve.engine.batch import Batch
-from radixserve.scheduler.req import Req
-from radixserve.scheduler.table import TableManager
+from radixserve.core.batch import Batch
+from radixserve.core.request import Req
+from radixserve.core.table import TableManager
 from radixserve.utils.tensor import to_device
 
 

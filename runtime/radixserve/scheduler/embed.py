@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from radixserve.scheduler.inflight import pinned_copy
-from radixserve.scheduler.req import Req
+from radixserve.core.request import Req
+from radixserve.utils.tensor import pinned_copy
 
 
 class Embeddings(NamedTuple):

@@ -5,9 +5,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from radixserve.engine.batch import Batch
+from radixserve.core.batch import Batch
+from radixserve.core.request import Req
 from radixserve.engine.sampler import SampleResult
-from radixserve.scheduler.req import Req
+from radixserve.utils.tensor import pinned_copy
 
 if TYPE_CHECKING:
     from radixserve.scheduler.embed import Embeddings
@@ -41,15 +42,6 @@ class InFlight(NamedTuple):
         if self.event is not None:
             self.event.synchronize()
         return self.host
-
-
-def pinned_copy(t: torch.Tensor | None) -> torch.Tensor | None:
-    """An asynchronous copy of a CUDA tensor into pinned host memory (read it after an event
-    recorded later has fired); a CPU tensor as it is."""
-    if t is None or t.device.type != "cuda":
-        return t
-    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    return out.copy_(t, non_blocking=True)
 
 
 def copy_to_host(res: SampleResult) -> tuple[SampleResult, torch.cuda.Event | None]:

@@ -20,7 +20,7 @@ from radixserve.messages import AbortMsg, RequestFailed, RequestStarted, TokenMs
 from radixserve.scheduler.admission import AdmissionError
 
 if TYPE_CHECKING:
-    from radixserve.scheduler.output import TokenOutput
+    from radixserve.core.output import TokenOutput
     from radixserve.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)

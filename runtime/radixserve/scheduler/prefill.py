@@ -5,12 +5,12 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from radixserve.scheduler.req import Req
+from radixserve.core.request import Req
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
+    from radixserve.core.table import TableManager
     from radixserve.scheduler.cache_manager import CacheManager
-    from radixserve.scheduler.table import TableManager
 
 
 class PrefillAdder:

@@ -9,9 +9,8 @@ from typing import NamedTuple
 
 import torch
 
-from radixserve.scheduler.inflight import pinned_copy
-from radixserve.scheduler.req import Req
-from radixserve.utils.tensor import to_device
+from radixserve.core.request import Req
+from radixserve.utils.tensor import pinned_copy, to_device
 
 _ROWS_PER_CHUNK = 512
 

@@ -38,6 +38,8 @@ import torch
 
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.constrained.manager import GrammarManager
+from radixserve.core.output import RequestFailure, TokenOutput
+from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
@@ -49,9 +51,7 @@ from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
 from radixserve.scheduler.ledger import RequestLedger
-from radixserve.scheduler.output import RequestFailure, TokenOutput
 from radixserve.scheduler.prefill import PrefillAdder
-from radixserve.scheduler.req import Req
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 

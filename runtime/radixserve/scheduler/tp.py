@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
+from radixserve.core.output import TokenOutput
 from radixserve.distributed import get_comm
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler.output import TokenOutput
 from radixserve.scheduler.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class TPLeader:
         peers). If a follower is already gone, the communicators are aborted instead. Then the
         followers are reaped and the rendezvous removed. Idempotent; always returns."""
         from radixserve.distributed.torch_comm import shutdown_tp
-        from radixserve.scheduler.tp_launch import remove_rendezvous
+        from radixserve.scheduler.rendezvous import remove_rendezvous
 
         if self._closed:
             return

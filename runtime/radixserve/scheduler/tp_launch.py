@@ -8,13 +8,13 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
 from radixserve import settings
 from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.scheduler.rendezvous import new_rendezvous, remove_rendezvous
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +110,7 @@ def _prepare(eng: EngineConfig) -> tuple[EngineConfig, str]:
 
     path = resolve_model_path(eng.model)
     validate_tp(eng.tp, AutoConfig.from_pretrained(path))
-    init_method = "file://" + os.path.join(tempfile.mkdtemp(prefix="radixserve-tp-"), "rendezvous")
-    return dataclasses.replace(eng, model=str(path)), init_method
-
-
-def remove_rendezvous(init_method: str) -> None:
-    import shutil
-
-    shutil.rmtree(os.path.dirname(init_method.removeprefix("file://")), ignore_errors=True)
+    return dataclasses.replace(eng, model=str(path)), new_rendezvous()
 
 
 def start_group(eng: EngineConfig, sched: SchedulerConfig):

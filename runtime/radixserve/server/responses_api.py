@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from radixserve.server.chat_output import ChatOutput
+from radixserve.postprocess.chat_output import ChatOutput
 from radixserve.server.constraints import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from radixserve import __version__
 from radixserve.server.state import ServerState, StateDep
+from radixserve.version import __version__
 
 router = APIRouter()
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from radixserve.server.auto_tool_parsers import AUTO_PARSERS
-from radixserve.server.chat_output import ChatOutput
-from radixserve.server.constraints import Constraint, check_json_schema
-from radixserve.server.errors import APIError, short
-from radixserve.server.protocol import ChatCompletionRequest, FunctionDefinition, Tool
-from radixserve.server.reasoning import ReasoningParser
-from radixserve.server.tool_parsers import (
+from radixserve.postprocess.auto_tool_parsers import AUTO_PARSERS
+from radixserve.postprocess.chat_output import ChatOutput
+from radixserve.postprocess.reasoning import ReasoningParser
+from radixserve.postprocess.tool_parsers import (
     NamedCallParser,
     PlainParser,
     RequiredCallsParser,
     ToolParser,
 )
+from radixserve.server.constraints import Constraint, check_json_schema
+from radixserve.server.errors import APIError, short
+from radixserve.server.protocol import ChatCompletionRequest, FunctionDefinition, Tool
 
 NO_PARAMETERS = {"type": "object", "properties": {}}
 

@@ -24,7 +24,7 @@ from radixserve.messages import (
     recv_nowait,
     send,
 )
-from radixserve.server.auto_tool_parsers import detect_tool_parser
+from radixserve.postprocess.auto_tool_parsers import detect_tool_parser
 from radixserve.tokenizer.bounds import longest_token_chars
 from radixserve.tokenizer.detokenize import DetokenizeManager
 from radixserve.tokenizer.load import load_tokenizer

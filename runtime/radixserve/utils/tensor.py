@@ -11,3 +11,12 @@ def to_device(values: list, device: torch.device, dtype: torch.dtype = torch.int
     if out is not None:
         return out[: len(values)].copy_(host, non_blocking=True)
     return host if device.type != "cuda" else host.to(device, non_blocking=True)
+
+
+def pinned_copy(t: torch.Tensor | None) -> torch.Tensor | None:
+    """An asynchronous copy of a CUDA tensor into pinned host memory (read it after an event
+    recorded later has fired); a CPU tensor as it is."""
+    if t is None or t.device.type != "cuda":
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return out.copy_(t, non_blocking=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from radixserve.server.tool_parsers import Event, JsonDepth, ToolParser
+from radixserve.postprocess.tool_parsers import Event, JsonDepth, ToolParser
 
 
 def detect_tool_parser(chat_template: str | dict | None) -> str | None:

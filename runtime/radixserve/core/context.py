@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
-    from radixserve.engine.batch import Batch
+    from radixserve.core.batch import Batch
 
 
 class ForwardContext:

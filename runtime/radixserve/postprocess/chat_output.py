@@ -6,8 +6,8 @@ reasoning parser, the thinking comes out first as `reasoning_content` deltas; on
 reaches the tool-call parser."""
 from __future__ import annotations
 
-from radixserve.server.reasoning import ReasoningParser
-from radixserve.server.tool_parsers import CallArgs, CallStart, Content, Event, ToolParser
+from radixserve.postprocess.reasoning import ReasoningParser
+from radixserve.postprocess.tool_parsers import CallArgs, CallStart, Content, Event, ToolParser
 
 
 class ChatOutput:
