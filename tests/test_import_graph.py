@@ -121,7 +121,7 @@ def import_edges(package_dir: Path, package: str) -> list[Edge]:
     return list(edges)
 
 
-def package_of(module: str, package: str) -> str:
+def package_of(module: str) -> str:
     """The first component below the root package: `radixserve.core.batch` -> `core`."""
     parts = module.split(".")
     if len(parts) == 1:
@@ -129,13 +129,12 @@ def package_of(module: str, package: str) -> str:
     return parts[1]
 
 
-def upward_edges(edges: Sequence[Edge], floors: Sequence[frozenset[str]],
-                 package: str) -> list[str]:
+def upward_edges(edges: Sequence[Edge], floors: Sequence[frozenset[str]]) -> list[str]:
     """Each edge into a higher floor, or into or out of a package the plan does not place."""
     floor_of = {name: i for i, floor in enumerate(floors) for name in floor}
     problems = []
     for e in edges:
-        src, dst = package_of(e.source, package), package_of(e.target, package)
+        src, dst = package_of(e.source), package_of(e.target)
         if src == dst:
             continue
         if src not in floor_of or dst not in floor_of:
@@ -208,10 +207,10 @@ def module_graph(edges: Sequence[Edge]) -> dict[str, set[str]]:
     return graph
 
 
-def package_graph(edges: Sequence[Edge], package: str) -> dict[str, set[str]]:
+def package_graph(edges: Sequence[Edge]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for e in edges:
-        src, dst = package_of(e.source, package), package_of(e.target, package)
+        src, dst = package_of(e.source), package_of(e.target)
         if src != dst:
             graph.setdefault(src, set()).add(dst)
     return graph
@@ -220,8 +219,8 @@ def package_graph(edges: Sequence[Edge], package: str) -> dict[str, set[str]]:
 def check(package_dir: Path, package: str, floors: Sequence[frozenset[str]]) -> list[str]:
     """Every violation of the floor plan, as readable lines; empty when the graph is clean."""
     edges = import_edges(package_dir, package)
-    problems = [f"upward: {p}" for p in upward_edges(edges, floors, package)]
-    problems += ["package cycle: " + " -> ".join(c) for c in cycles(package_graph(edges, package))]
+    problems = [f"upward: {p}" for p in upward_edges(edges, floors)]
+    problems += ["package cycle: " + " -> ".join(c) for c in cycles(package_graph(edges))]
     problems += ["module cycle: " + " -> ".join(c) for c in cycles(module_graph(edges))]
     return problems
 

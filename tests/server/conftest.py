@@ -10,8 +10,8 @@ HERE = Path(__file__).resolve().parent
 # Modules here that start no process: unit tests of the text and message code beside the server.
 # Every other module here is the `server` tier (real processes on loopback), which `make
 # test-fast` leaves out; a new module joins that tier unless it is named here.
-IN_PROCESS = {"test_codec.py", "test_detokenize.py", "test_reasoning.py", "test_responses_stream.py",
-              "test_scheduler_loop.py", "test_stop.py", "test_tool_parsers.py", "test_tools_plan.py"}
+IN_PROCESS = {"test_codec.py", "test_detokenize.py", "test_responses_stream.py",
+              "test_scheduler_loop.py", "test_stop.py", "test_tools_plan.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -34,7 +34,7 @@ class ServerState:
     default_max_tokens: int = DEFAULT_MAX_TOKENS  # a chat request without max_tokens
     metrics_open: bool = False  # /metrics without the key
     tool_parser: str | None = None  # the model's tool-call format (`tool_parsers.AUTO_PARSERS`)
-    reasoning_parser: str | None = None  # `--reasoning-parser` (reasoning.py), None: no split
+    reasoning_parser: str | None = None  # `--reasoning-parser` (postprocess/reasoning.py), None: no split
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)  # for unset fields
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor

@@ -31,7 +31,7 @@ class ToolPlan:
     function: str | None = None  # named: the function called
     parser: str | None = None  # auto: the model's own tool-call format (None: never parsed)
     parallel: bool = True
-    reasoning: str | None = None  # the server's reasoning parser for this request (reasoning.py)
+    reasoning: str | None = None  # the server's reasoning parser for this request (postprocess/reasoning.py)
 
     @property
     def forced(self) -> bool:
