@@ -1,3 +1,4 @@
+"""What a scheduler step reports for each request: a sampled token, or a failure after admission."""
 from __future__ import annotations
 
 from typing import NamedTuple
