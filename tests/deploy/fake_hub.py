@@ -2,12 +2,14 @@
 `huggingface_hub.snapshot_download` makes (repo info at a revision, the recursive tree listing,
 HEAD and GET of `resolve/<commit>/<file>`), answered as the hub answers them, and recorded — so a
 test can download for real, count what was fetched, check the token sent, and then take the hub
-away to prove that what follows needs no network."""
+away to prove that what follows needs no network. Also a program: `python fake_hub.py REPO_ID DIR
+PORT` serves one repo on every address (the real-pod suite runs it in a pod)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +31,9 @@ class FakeHub:
     repos: dict[str, Path]
     token: str | None = None
     gated: set[str] = field(default_factory=set)
+    host: str = "127.0.0.1"
+    port: int = 0
+    log_requests: bool = False  # print each request's method and path (the program's log)
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -67,7 +72,7 @@ class FakeHub:
             def do_HEAD(self) -> None:
                 hub._handle(self, body=False)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -80,6 +85,8 @@ class FakeHub:
     def _handle(self, h: BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlparse(h.path).path)
         self.requests.append(Request(h.command, path, h.headers.get("Authorization")))
+        if self.log_requests:
+            print(h.command, path, flush=True)
         if path.startswith("/api/models/"):
             repo_id, kind, rest = self._split(
                 path.removeprefix("/api/models/"), ("/revision/", "/tree/")
@@ -178,3 +185,16 @@ class FakeHub:
         h.end_headers()
         if body:
             h.wfile.write(data)
+
+
+def main(argv: list[str]) -> None:
+    repo_id, directory, port = argv
+    hub = FakeHub({repo_id: Path(directory)}, host="0.0.0.0", port=int(port),
+                  log_requests=True).start()
+    print(f"serving {repo_id} from {directory} on port {port}", flush=True)
+    threading.Event().wait()  # until the process is stopped
+    hub.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
