@@ -139,7 +139,7 @@ def test_the_init_container_downloads_into_an_emptydir_and_the_server_answers(
         got = _serve_and_ask(stack, hub, {"type": "emptyDir", "sizeLimit": "2Gi"})
     finally:
         _delete(stack)
-    assert f"download: {REPO_ID} from {hub}" in got["init_log"], got["init_log"]
+    assert f"download: {REPO_ID}@main from {hub}" in got["init_log"], got["init_log"]
     assert "ready in" in got["init_log"], got["init_log"]
     assert "paris" in got["answer"]["choices"][0]["message"]["content"].lower(), got["answer"]
 
