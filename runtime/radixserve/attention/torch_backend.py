@@ -35,8 +35,9 @@ class QueryTile(NamedTuple):
     start: int  # first row in q
     end: int
     num_keys: int  # keys the tile's queries can see: the request's first num_keys
-    masks: dict[int | None, torch.Tensor]  # window -> [end - start, num_keys] True where the
-    # query may attend the key (None: full causal attention)
+    masks: dict[int | None, torch.Tensor | None]  # window -> [end - start, num_keys] True where
+    # the query may attend the key (window None: full causal attention). A mask of None: plain
+    # causal from the first key (SDPA's `is_causal`, its fused kernels)
 
 
 class ExtendRequest(NamedTuple):
@@ -82,7 +83,9 @@ def _extend_request(page_table: torch.Tensor, row: torch.Tensor, seq_len: int, e
         # query i (absolute position prefix + i) sees keys 0..prefix + i
         q_pos = prefix + torch.arange(t0, t1, device=dev)[:, None]
         k_pos = torch.arange(n, device=dev)[None, :]
-        masks = _windowed(k_pos <= q_pos, k_pos, q_pos, windows)
+        masks: dict[int | None, torch.Tensor | None] = _windowed(k_pos <= q_pos, k_pos, q_pos, windows)
+        if n == t1 - t0:  # no cached prefix, first tile: SDPA's own causal mask is this one
+            masks[None] = None
         tiles.append(QueryTile(q_start + t0, q_start + t1, n, masks))
     kv_idx = page_table[:, :seq_len].index_select(0, row)[0].long()
     return ExtendRequest(kv_idx, tiles)
@@ -139,9 +142,10 @@ class TorchBackend(BaseAttnBackend):
             keys, vals = self._kv(layer_id, req.kv_idx, q.dtype)
             keys, vals = keys.transpose(0, 1), vals.transpose(0, 1)  # [Hkv, n, D]
             for t in req.tiles:
+                mask = t.masks[window]
                 o = F.scaled_dot_product_attention(
                     q[t.start:t.end].transpose(0, 1), keys[:, :t.num_keys], vals[:, :t.num_keys],
-                    attn_mask=t.masks[window], scale=self.cfg.scale, enable_gqa=gqa,
+                    attn_mask=mask, is_causal=mask is None, scale=self.cfg.scale, enable_gqa=gqa,
                 )  # [Hq, tile, D]
                 out[t.start:t.end] = o.transpose(0, 1)
         if (d := md.decode) is not None:
