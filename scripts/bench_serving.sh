@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Serving figures (issue 16, item 7): `radixserve bench online` against a real `radixserve serve`
+# Serving figures: `radixserve bench online` against a real `radixserve serve`
 # at several request rates, once with each server configuration given, all in one command, so the
 # configurations meet the same requests on the same machine. Random weights of a model's shapes
 # (`--load-format dummy`) with a real tokenizer: no checkpoint needed.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU image's Python environment, proven on the GPU machine (issue 14, item 6): the Dockerfile's
+# The GPU image's Python environment, proven on the GPU machine: the Dockerfile's
 # pinned stack (torch for one CUDA, the Triton torch pins, FlashInfer) runs `--attn auto` with no
 # nvcc anywhere, as in the image, and generates. Run from the project root on the GPU machine
 # (Python 3.12, torch 2.11+cu130, no network), with the wheelhouse of

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ("docs", "runtime", "kernels", "operator", "tests")
+TREES = ("docs", "runtime", "kernels", "operator", "tests", "scripts", "charts", "manifests", ".ci")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".txt", ".jinja"}
 SELF = Path(__file__).resolve()
 
@@ -40,7 +40,7 @@ def narration(text: str) -> list[tuple[int, str, str]]:
 
 
 def _files() -> list[Path]:
-    files = [ROOT / "README.md"]
+    files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "Dockerfile"]
     for tree in TREES:
         files += [p for p in (ROOT / tree).rglob("*")
                   if p.is_file() and p.suffix in SUFFIXES and p.resolve() != SELF

@@ -1,6 +1,6 @@
 """Detached background processes with pidfiles and logs, and stopping them.
 
-Each process runs in its own session (``start_new_session=True``), so its process group id is its
+Each process leads a new process group (``start_new_session=True``), so its process group id is its
 pid and ``down`` can signal the whole group. ``<state>/run/<name>.pid`` holds the pid;
 ``<state>/logs/<name>.log`` its stdout and stderr.
 """
