@@ -6,7 +6,6 @@ answering. On the real node of `make cluster`; runs before the real-pod suite's 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import uuid
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
+from tests.e2e.in_cluster import run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
@@ -105,17 +105,7 @@ def _serve_and_ask(stack: Stack, hub: str, cache: dict) -> dict:
     assert init["name"] == "model-download"
     assert init["state"]["terminated"]["exitCode"] == 0, init
     init_log = k("logs", pod["metadata"]["name"], "-n", ns, "-c", "model-download")
-    asker = f"ask-{uuid.uuid4().hex[:6]}"
-    k("run", asker, "-n", ns, f"--image={RUNTIME_CPU_IMAGE}", "--image-pull-policy=Never",
-      "--restart=Never", "--command", "--", "python", "-c", ASK,
-      f"http://{NAME}.{ns}.svc:8000/v1", REPO_ID)
-    try:
-        wait_for(f"pod {asker} to finish", lambda: k(
-            "get", "pod", asker, "-n", ns, "-o", "jsonpath={.status.phase}").strip()
-            in ("Succeeded", "Failed"), timeout=420)
-        answer = json.loads(k("logs", asker, "-n", ns).strip().splitlines()[-1])
-    finally:
-        k("delete", "pod", asker, "-n", ns, "--wait=false", check=False)
+    answer = run_in_pod(stack, ASK, f"http://{NAME}.{ns}.svc:8000/v1", REPO_ID)
     return {"pod": pod, "init_log": init_log, "answer": answer}
 
 

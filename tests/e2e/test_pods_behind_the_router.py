@@ -12,6 +12,7 @@ import yaml
 
 from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
+from tests.e2e.in_cluster import run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
@@ -64,26 +65,6 @@ def _wait_ready(stack: Stack, replicas: int) -> dict:
                     interval=3)
 
 
-def _ask_in_cluster(stack: Stack, base_url: str) -> dict:
-    k, pod = stack.kubectl, "ask-router"
-    k("delete", "pod", pod, "-n", stack.serving_ns, "--ignore-not-found", "--wait=true")
-    k("run", pod, "-n", stack.serving_ns, f"--image={RUNTIME_CPU_IMAGE}",
-      "--image-pull-policy=Never", "--restart=Never", "--command", "--", "python", "-c", ASK,
-      base_url)
-    def finished() -> str | None:
-        phase = k("get", "pod", pod, "-n", stack.serving_ns, "-o",
-                  "jsonpath={.status.phase}").strip()
-        return phase if phase in ("Succeeded", "Failed") else None
-
-    try:
-        phase = wait_for(f"pod {pod} to finish", finished, timeout=420)
-        logs = k("logs", pod, "-n", stack.serving_ns)
-        assert phase == "Succeeded", logs
-        return json.loads(logs.strip().splitlines()[-1])
-    finally:
-        k("delete", "pod", pod, "-n", stack.serving_ns, "--wait=false", check=False)
-
-
 def _server_pods(stack: Stack) -> list[dict]:
     # the servers' own selector: the router's pods share the instance label, not the name
     pods = stack.kubectl.json("get", "pods", "-n", stack.serving_ns, "-l",
@@ -97,7 +78,7 @@ def test_the_router_discovers_the_replicas_and_answers_in_cluster(stack: Stack) 
     endpoint = obj["status"]["endpoint"]
     assert endpoint == f"http://{ROUTER}.{stack.serving_ns}.svc:8000/v1"
     assert len(_server_pods(stack)) == 2
-    answer = _ask_in_cluster(stack, endpoint)
+    answer = run_in_pod(stack, ASK, endpoint)
     assert "paris" in answer["choices"][0]["message"]["content"].lower(), answer
     # the gateway lists both replicas' pod addresses as its workers
     for pod in _server_pods(stack):

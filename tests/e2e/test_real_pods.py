@@ -15,13 +15,13 @@ import re
 import subprocess
 import time
 import urllib.request
-import uuid
 
 import pytest
 import yaml
 
 from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
+from tests.e2e.in_cluster import run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 # The first test also waits for the stack: image builds and imports (minutes on a cold cache).
@@ -122,38 +122,7 @@ def _pod_args(stack: Stack) -> list[list[str]]:
 
 
 def _chat_in_cluster(stack: Stack, base_url: str, script: str = CHAT_SCRIPT) -> dict:
-    """Run `script` with `base_url` in a pod of the runtime image; its last line, parsed."""
-    pod = f"chat-{uuid.uuid4().hex[:6]}"
-    k = stack.kubectl
-    k(
-        "run",
-        pod,
-        "-n",
-        stack.serving_ns,
-        f"--image={RUNTIME_CPU_IMAGE}",
-        "--image-pull-policy=Never",
-        "--restart=Never",
-        "--command",
-        "--",
-        "python",
-        "-c",
-        script,
-        base_url,
-    )
-
-    def finished() -> str | None:
-        phase = k(
-            "get", "pod", pod, "-n", stack.serving_ns, "-o", "jsonpath={.status.phase}"
-        ).strip()
-        return phase if phase in ("Succeeded", "Failed") else None
-
-    try:
-        phase = wait_for(f"pod {pod} to finish", finished, timeout=420)
-        logs = k("logs", pod, "-n", stack.serving_ns)
-        assert phase == "Succeeded", logs
-        return json.loads(logs.strip().splitlines()[-1])
-    finally:
-        k("delete", "pod", pod, "-n", stack.serving_ns, "--wait=false", check=False)
+    return run_in_pod(stack, script, base_url)
 
 
 def test_cpu_sample_becomes_ready_and_answers_in_cluster(stack: Stack) -> None:
