@@ -20,6 +20,7 @@ from radixserve_kernels.decode_attention import (
     decode_rope_fusable,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
+from radixserve_kernels.fp8_gemv import fp8_gemm, fp8_gemm_ref
 from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
 from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
 from radixserve_kernels.moe import (
@@ -62,6 +63,8 @@ __all__ = [
     "dequantize_kv_ref",
     "extend_attention",
     "extend_attention_ref",
+    "fp8_gemm",
+    "fp8_gemm_ref",
     "fused_add_rms_norm",
     "fused_add_rms_norm_ref",
     "fused_moe",

@@ -281,6 +281,47 @@ def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: 
             close(got, want, dtype, scale=4)
 
 
+def fp8_weight_case(n: int, k: int, block: tuple[int, int] | None, gen: torch.Generator
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(e4m3 weight [n, k] spread over FP8's range, its positive scales [n] or [ceil(n/bn),
+    ceil(k/bk)], the float64 weight they stand for, expanded here independently of the kernels)."""
+    w = (torch.randn(n, k, generator=gen) * 32).clamp(-448, 448).to(torch.float8_e4m3fn)
+    shape = (n,) if block is None else (-(-n // block[0]), -(-k // block[1]))
+    scale = (torch.rand(shape, generator=gen) + 0.5) / (32 * k**0.5)
+    if block is None:
+        full = scale.double()[:, None]
+    else:
+        full = scale.double().repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[:n, :k]
+    return w, scale, w.double() * full
+
+
+def check_fp8_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int,
+                   block: tuple[int, int] | None) -> None:
+    """`fp8_gemm` and its reference against x @ (W_fp8 * scale).T in float64: row or block
+    scales, ragged N and K, a strided x, with and without bias; a wrong scale in the last
+    (ragged) block is seen."""
+    from radixserve_kernels import fp8_gemm, fp8_gemm_ref
+
+    gen = torch.Generator().manual_seed(n + k)
+    w, scale, w_real = fp8_weight_case(n, k, block, gen)
+    b = torch.randn(n, generator=gen).to(dtype)
+    w, scale = w.to(dev), scale.to(dev)
+    for m in rows:
+        x = torch.randn(m, 2 * k, generator=gen).to(dtype)[:, ::2] if m % 2 else \
+            torch.randn(m, k, generator=gen).to(dtype)
+        for bias in (None, b):
+            want = x.double() @ w_real.T + (0 if bias is None else bias.double())
+            bias_dev = None if bias is None else bias.to(dev)
+            for fn in (fp8_gemm, fp8_gemm_ref):
+                got = fn(x.to(dev), w, scale, bias_dev, block)
+                assert got.shape == (m, n) and got.dtype == dtype
+                close(got.cpu(), want, dtype, scale=4)
+    wrong = scale.clone()
+    wrong.view(-1)[-1] *= 1.5  # the last row (row scales) or the last, ragged block
+    got = fp8_gemm(x.to(dev), w, wrong, None, block).cpu().double()
+    assert (got - x.double() @ w_real.T)[:, -1].abs().max() > 0.05
+
+
 def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:
     from radixserve_kernels import store_kv, store_kv_ref
 

@@ -65,6 +65,14 @@ def test_skinny_gemm(dtype: torch.dtype) -> None:
     kc.check_skinny_gemm("cpu", dtype, rows=[1], n=42, k=2100)  # one row: masked tails, K > 2048
 
 
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("block", [None, (128, 128), (32, 16), (1, 128)],
+                         ids=["row", "128x128", "32x16", "1x128"])
+def test_fp8_gemm(dtype: torch.dtype, block: tuple[int, int] | None) -> None:
+    # ragged N and K against every scale layout (the layers' is (1, block_k)); 20 rows: tiled
+    kc.check_fp8_gemm("cpu", dtype, rows=[1, 3, 16, 20], n=130, k=300, block=block)
+
+
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cpu", dtype, tokens=7, heads=2, dim=16)

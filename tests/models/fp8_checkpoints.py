@@ -18,7 +18,8 @@ BLOCK = (32, 16)  # small, uneven blocks: a TP=2 shard of a KV projection starts
 _LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def _quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize(w: torch.Tensor, fmt: str,
+              block: tuple[int, int] = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 weight, scale) with `w ~= fp8 * scale` (scale broadcast per block, row or tensor)."""
     w = w.float()
     if fmt == "tensor":
@@ -27,7 +28,7 @@ def _quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     if fmt == "channel":
         scale = w.abs().amax(dim=1, keepdim=True) / 448
         return (w / scale).to(FP8), scale
-    bm, bn = BLOCK
+    bm, bn = block
     rows, cols = w.shape
     pad = torch.zeros(-(-rows // bm) * bm, -(-cols // bn) * bn)
     pad[:rows, :cols] = w
@@ -37,19 +38,20 @@ def _quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     return (w / full).to(FP8), scale
 
 
-def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
+def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str,
+               block: tuple[int, int] = BLOCK) -> torch.Tensor:
     """The float32 weight the checkpoint `q`, `scale` stands for (independent of the runtime)."""
     if fmt == "block":
-        bm, bn = BLOCK
+        bm, bn = block
         full = scale.repeat_interleave(bm, 0).repeat_interleave(bn, 1)
         return q.float() * full[: q.shape[0], : q.shape[1]]
     return q.float() * scale.float()
 
 
-def quantization_config(fmt: str) -> dict:
+def quantization_config(fmt: str, block: tuple[int, int] = BLOCK) -> dict:
     if fmt == "block":
         return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                "weight_block_size": list(BLOCK)}
+                "weight_block_size": list(block)}
     weights = {"num_bits": 8, "type": "float", "strategy": fmt, "symmetric": True,
                "dynamic": False, "group_size": None, "block_structure": None}
     acts = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
@@ -62,27 +64,28 @@ def quantization_config(fmt: str) -> dict:
                                           "input_activations": acts}}}
 
 
-def write_fp8_checkpoint(src: Path, dst: Path, fmt: str, ref: Path | None = None) -> Path:
-    """`src` quantized as `fmt` into `dst`; with `ref`, also the dequantized float32 checkpoint
-    (the same config without quantization) there."""
+def write_fp8_checkpoint(src: Path, dst: Path, fmt: str, ref: Path | None = None,
+                         block: tuple[int, int] = BLOCK) -> Path:
+    """`src` quantized as `fmt` into `dst` (`block`: the block format's bm x bk); with `ref`,
+    also the dequantized float32 checkpoint (the same config without quantization) there."""
     shutil.copytree(src, dst)
     tensors = load_file(str(src / "model.safetensors"))
     out, deq = {}, {}
     for name, t in tensors.items():
         if name.rsplit(".", 2)[-2] in _LINEARS and name.endswith(".weight"):
-            q, scale = _quantize(t, fmt)
+            q, scale = _quantize(t, fmt, block)
             out[name] = q
             base = name.removesuffix(".weight")
             out[base + (".weight_scale_inv" if fmt == "block" else ".weight_scale")] = scale
             if fmt == "tensor":  # a static activation scale, as compressed-tensors writes it
                 out[base + ".input_scale"] = torch.tensor([0.05])
-            deq[name] = dequantize(q, scale, fmt)
+            deq[name] = dequantize(q, scale, fmt, block)
         else:
             out[name] = deq[name] = t
     save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
     cfg = json.loads((src / "config.json").read_text())
     (dst / "config.json").write_text(json.dumps({**cfg, "quantization_config":
-                                                 quantization_config(fmt)}, indent=2))
+                                                 quantization_config(fmt, block)}, indent=2))
     if ref is not None:
         shutil.copytree(src, ref)
         save_file(deq, str(ref / "model.safetensors"), metadata={"format": "pt"})

@@ -3,9 +3,16 @@ a config-only directory so the engine and transformers can both build them with 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from radixserve import settings
+
+# A Hugging Face FP8 checkpoint's config (Qwen3-8B-FP8 and the DeepSeek-V3 family): e4m3 weights
+# with one scale per 128x128 block, activations scaled at run time
+FP8_BLOCK_QUANTIZATION = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                          "weight_block_size": [128, 128]}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 _QWEN3_COMMON = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
@@ -18,6 +25,8 @@ PRESETS: dict[str, dict] = {
                    "num_hidden_layers": 28, "num_attention_heads": 16, "tie_word_embeddings": True},
     "qwen3-4b": {**_QWEN3_COMMON, "hidden_size": 2560, "intermediate_size": 9728,
                  "num_hidden_layers": 36, "num_attention_heads": 32, "tie_word_embeddings": True},
+    "qwen3-8b": {**_QWEN3_COMMON, "hidden_size": 4096, "intermediate_size": 12288,
+                 "num_hidden_layers": 36, "num_attention_heads": 32, "tie_word_embeddings": False},
     "qwen3-14b": {**_QWEN3_COMMON, "hidden_size": 5120, "intermediate_size": 17408,
                   "num_hidden_layers": 40, "num_attention_heads": 40, "tie_word_embeddings": False},
 }
@@ -30,4 +39,20 @@ def preset_dir(name: str) -> Path:
     path = settings.CACHE_DIR.get() / "presets" / name
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(PRESETS[name], indent=2))
+    return path
+
+
+def fp8_block_dir(model_dir: str | Path) -> Path:
+    """A copy of `model_dir` without its weights whose config declares block-FP8 weights
+    (`FP8_BLOCK_QUANTIZATION`): with dummy weights, the model's linear layers are then FP8 with
+    random block scales where the loader keeps FP8 weights (a 16-bit model on CUDA)."""
+    src = Path(model_dir)
+    path = settings.CACHE_DIR.get() / "presets" / f"{src.name}-fp8-block"
+    path.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith(_WEIGHT_SUFFIXES) and f.name != "config.json":
+            shutil.copy2(f, path / f.name)
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = FP8_BLOCK_QUANTIZATION
+    (path / "config.json").write_text(json.dumps(config, indent=2))
     return path

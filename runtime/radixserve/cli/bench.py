@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import statistics
 
@@ -54,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lat.add_argument("--model-preset", default=None)
     lat.add_argument("--dummy-weights", action="store_true")
     lat.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    lat.add_argument("--dummy-quantization", nargs="+", default=["none"], choices=["none", "fp8"],
+                     help="with --dummy-weights: the linear weights in the model dtype (none) or "
+                          "block FP8 (fp8: e4m3 with random 128x128 block scales, as a Hugging "
+                          "Face fp8 checkpoint; kept FP8 for a 16-bit model on CUDA); several "
+                          "run in turn, e.g. --dummy-quantization none fp8")
     lat.add_argument("--input-len", type=int, default=128)
     lat.add_argument("--steps", type=int, default=64)
     lat.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
@@ -158,12 +164,15 @@ def run_latency(args: argparse.Namespace) -> int:
     eng, sch = _engine_configs(args)
     if args.breakdown and eng.tp > 1:  # rank 0's hooks only, while its followers replay graphs
         raise SystemExit("bench latency: --breakdown times one process; run it with --tp 1")
+    engines = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
-    for mode in modes:
+    for (quant, eng), mode in itertools.product(engines, modes):
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
             tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
+            weights = ", weights block FP8" if quant == "fp8" else ""
             print(f"decode step, input {args.input_len} tokens, {args.steps} steps, {sched.device} "
-                  f"({sched.engine.dtype}){tp}, attention {type(sched.engine.attn_backend).__name__}, "
+                  f"({sched.engine.dtype}{weights}){tp}, "
+                  f"attention {type(sched.engine.attn_backend).__name__}, "
                   f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
                   f"{'on' if sched.overlap else 'off'}", flush=True)
             for i, bs in enumerate(args.batch_sizes):
@@ -184,6 +193,20 @@ def run_latency(args: argparse.Namespace) -> int:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return 0
+
+
+def _quantized_variants(eng, quants: list[str], dummy: bool) -> list[tuple[str, object]]:
+    """(quantization, engine config) for each `--dummy-quantization`, checked before any run."""
+    import dataclasses
+
+    from radixserve.bench.presets import fp8_block_dir
+
+    if quants != ["none"] and not dummy:
+        raise SystemExit("bench: --dummy-quantization needs --dummy-weights")
+    if "fp8" in quants and eng.model is None:
+        raise SystemExit("bench: --dummy-quantization fp8 needs --model or --model-preset")
+    return [(q, dataclasses.replace(eng, model=str(fp8_block_dir(eng.model))) if q == "fp8" else eng)
+            for q in quants]
 
 
 def run_allreduce(args: argparse.Namespace) -> int:

@@ -1,13 +1,27 @@
-"""FP8 GEMMs for linear layers whose checkpoint weights are FP8 with per-channel or per-tensor
-scales: the weight stays in FP8 (half the bytes a decode step reads), each activation row is
-quantized with its own scale at run time, and `torch._scaled_mm` multiplies with both scales
-(row-wise scaling: cuBLASLt on Hopper). Block-scaled checkpoints are dequantized at load instead
+"""FP8 GEMMs for linear layers whose checkpoint weights stay FP8 (half the bytes a decode step
+reads), on CUDA:
+
+- per-channel or per-tensor scales (`weight_scale` [out]): up to 16 rows (decode at small batch)
+  take the weight-only Triton kernel (`radixserve_kernels.fp8_gemm`: the weight widened in
+  registers, activations as they are); more rows quantize each activation row with its own scale
+  and run `torch._scaled_mm` with both scales (row-wise scaling: cuBLASLt on Hopper).
+- block scales (`weight_scale` [out, ceil(in / block_k)]: the checkpoint's bn x bk block scales
+  repeated over each block's rows, so a fused QKV or gate-up weight and a rank's row shard keep
+  their own rows' scales wherever they start in a block): every row count takes the Triton kernel,
+  tiled above 16 rows (weight-only dequantization, no activation rounding; at prefill sizes a
+  Triton tile GEMM rather than cuBLAS). CPU tensors (tests forcing this path) take its torch
+  reference, which dequantizes the weight on each call.
+
+Without a kept weight (CPU, float32 models) FP8 checkpoints are dequantized at load
 (`models/fp8_weights.py`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from radixserve.utils import kernel_path
+from radixserve_kernels import SKINNY_MAX_M, fp8_gemm, fp8_gemm_ref
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
@@ -19,14 +33,18 @@ def fits_scaled_mm(weight_shape: torch.Size) -> bool:
     return weight_shape[0] % 16 == 0 and weight_shape[1] % 16 == 0
 
 
-def to_fp8_linear(layer: nn.Module) -> None:
-    """Give `layer` (a `_Linear`, materialised) an FP8 weight of the same shape and a float32
-    `weight_scale` per output row, both to be filled by its weight loader."""
+def to_fp8_linear(layer: nn.Module, block_k: int | None = None) -> None:
+    """Give `layer` (a `_Linear`, materialised) an FP8 weight of the same shape and float32
+    scales, both to be filled by its weight loader: one per output row, or with `block_k` one per
+    output row and `block_k` input columns."""
     w = layer.weight
+    rows, cols = w.shape
+    shape = (rows,) if block_k is None else (rows, -(-cols // block_k))
     layer.weight = nn.Parameter(torch.empty(w.shape, dtype=FP8_DTYPE, device=w.device),
                                 requires_grad=False)
     layer.weight_scale = nn.Parameter(
-        torch.empty(w.shape[0], dtype=torch.float32, device=w.device), requires_grad=False)
+        torch.empty(shape, dtype=torch.float32, device=w.device), requires_grad=False)
+    layer.scale_block_k = block_k
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,11 +54,19 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
-               bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [..., in] @ (weight [out, in] FP8 * weight_scale [out, 1]).T (+ bias) in x's dtype.
-    NOTE: row-wise scaled FP8 GEMMs on CUDA only write bfloat16 (the loader keeps FP8 weights
-    only for bfloat16 models); the CPU implementation, used by tests, writes x's dtype."""
+               bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
+               block_k: int | None = None) -> torch.Tensor:
+    """x [..., in] @ (weight [out, in] FP8 * weight_scale).T (+ bias) in x's dtype: scales
+    [out] (one a row) or, with `block_k`, [out, ceil(in / block_k)].
+    NOTE: row-wise scaled FP8 GEMMs on CUDA only write bfloat16 (cast to x's dtype after); the
+    CPU implementation, used by tests, writes x's dtype."""
     shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    if block_k is not None or (x2.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
+        block = None if block_k is None else (1, block_k)
+        gemm = fp8_gemm if kernel_path.use_triton(x) else fp8_gemm_ref
+        y = gemm(x2, weight, weight_scale, bias, block).reshape(*shape[:-1], weight.shape[0])
+        return y if out is None else out.copy_(y)
     xq, x_scale = quantize_rows(x.reshape(-1, shape[-1]))
     out_dtype = torch.bfloat16 if x.is_cuda else x.dtype
     y = torch._scaled_mm(xq, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1),

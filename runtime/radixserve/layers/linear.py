@@ -17,14 +17,16 @@ from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out: torch.Tensor | None = None,
-           weight_scale: torch.Tensor | None = None) -> torch.Tensor:
+           weight_scale: torch.Tensor | None = None,
+           scale_block_k: int | None = None) -> torch.Tensor:
     """`F.linear`, except that a few rows of a 16-bit activation on CUDA (decode at small batch)
     take the skinny Triton kernel, which streams the weight at a higher share of the bandwidth
     than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference.
     `out` (x [T, in] only): a contiguous [T, out] buffer the product is written to.
-    `weight_scale` [out]: the weight is FP8 with this scale per row (`fp8_linear`)."""
+    `weight_scale`: the weight is FP8 with these scales, one a row ([out]) or, with
+    `scale_block_k`, one a row and `scale_block_k` input columns (`fp8_linear`)."""
     if weight_scale is not None:
-        return fp8_linear(x, weight, weight_scale, bias, out)
+        return fp8_linear(x, weight, weight_scale, bias, out, scale_block_k)
     if (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
             and kernel_path.use_triton(x)):
         y = skinny_gemm(x, weight, bias)
@@ -42,11 +44,13 @@ class _Linear(nn.Module):
         super().__init__()
         self.weight = new_param(out_local, in_local)
         self.bias = new_param(out_local) if bias else None
-        # an FP8 checkpoint's per-row scales, where the weight stays FP8 (`to_fp8_linear`)
+        # an FP8 checkpoint's scales, where the weight stays FP8 (`to_fp8_linear`): one a row, or
+        # one a row and `scale_block_k` input columns
         self.register_parameter("weight_scale", None)
+        self.scale_block_k: int | None = None
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out, self.weight_scale)
+        return linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block_k)
 
 
 class ReplicatedLinear(_Linear):
@@ -85,14 +89,18 @@ class RowParallelLinear(_Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
-            return linear(x, self.weight, self.bias, weight_scale=self.weight_scale)
-        y = get_comm().all_reduce(linear(x, self.weight, weight_scale=self.weight_scale))
+            return linear(x, self.weight, self.bias, weight_scale=self.weight_scale,
+                          scale_block_k=self.scale_block_k)
+        y = get_comm().all_reduce(linear(x, self.weight, weight_scale=self.weight_scale,
+                                         scale_block_k=self.scale_block_k))
         return y if self.bias is None else y + self.bias
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
     ) -> None:
-        if param.dim() == 1:  # bias, or an FP8 weight_scale (one per output row)
+        # bias, or an FP8 weight_scale of one per output row (block scales: [out, in / block],
+        # cut along their columns like the weight)
+        if param.dim() == 1:
             check_shape(param, full)
             param.data.copy_(materialize(full))
         else:

@@ -4,11 +4,14 @@ sharding stays theirs:
 
 - dequantized (`Fp8Dequant`): a lazy `fp8 * scale` whose `narrow` keeps the scale blocks (block
   scales), rows (per-channel) or scalar (per-tensor) of the slice a rank takes, so a rank reads
-  only its shard and never a neighbour's scale. The CPU path, and block scales on CUDA.
-- kept in FP8 (`keep_fp8_layers`, on CUDA): a linear layer whose checkpoint weight has
-  per-channel or per-tensor scales stores the FP8 bytes and one float32 scale per output row
-  (`weight_scale`, sharded like a bias: a per-tensor scale is repeated over its rows, so a fused
-  QKV keeps q, k and v's own), and runs `torch._scaled_mm` (`layers/fp8_linear.py`)."""
+  only its shard and never a neighbour's scale. The CPU path, and layers not kept below.
+- kept in FP8 (`keep_fp8_layers`, on CUDA): a linear layer whose checkpoint weight has a scale
+  stores the FP8 bytes and float32 scales (`weight_scale`) and runs `layers/fp8_linear.py`.
+  Per-channel or per-tensor: one scale per output row, sharded like a bias (a per-tensor scale is
+  repeated over its rows, so a fused QKV keeps q, k and v's own). Block (bm x bk): each block
+  row's scales repeated over its bm rows, [rows, ceil(cols / bk)], so rows are cut and fused as
+  the weight's are, and a row-parallel layer cuts its columns of scales with its weight columns
+  (kept only where a rank's columns start on a block boundary)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from torch import nn
 
 from radixserve.layers.fp8_linear import FP8_DTYPE, fits_scaled_mm, to_fp8_linear
 from radixserve.layers.lazy_weight import LazyWeight, materialize
-from radixserve.layers.linear import _Linear
+from radixserve.layers.linear import RowParallelLinear, _Linear
 from radixserve.models.quantization import Fp8Scheme
 from radixserve.models.weights import WeightNameMap
 
@@ -103,26 +106,60 @@ def read_scales(files: Iterable[tuple[str, LazyWeight]]) -> dict[str, torch.Tens
     return {n: materialize(t) for n, t in files if n.endswith(_SCALE_SUFFIXES)}
 
 
+def can_keep_fp8(layer: nn.Module, scheme: Fp8Scheme) -> bool:
+    """Whether `layer` can hold this scheme's FP8 weight: a linear layer whose shard fits
+    `_scaled_mm` (per-channel, per-tensor), or (block scales) whose rank's input columns start on
+    a block boundary and whose blocks split into `tl.dot` steps (16 columns or more)."""
+    if not isinstance(layer, _Linear):
+        return False
+    if scheme.block is None:
+        return fits_scaled_mm(layer.weight.shape)
+    block_k = scheme.block[1]
+    tp = getattr(layer, "tp", None)
+    split_k = isinstance(layer, RowParallelLinear) and tp is not None and tp.size > 1
+    return (block_k & -block_k) >= 16 and not (split_k and layer.weight.shape[1] % block_k)
+
+
+def to_fp8_layer(layer: nn.Module, scheme: Fp8Scheme) -> None:
+    """`to_fp8_linear` with the scale layout of `scheme` (once: fused projections share a layer)."""
+    if layer.weight_scale is None:
+        to_fp8_linear(layer, None if scheme.block is None else scheme.block[1])
+
+
 def keep_fp8_layers(model: nn.Module, names: WeightNameMap, scales: dict[str, torch.Tensor],
                     scheme: Fp8Scheme) -> set[str]:
-    """Turn every linear layer whose checkpoint weight has a per-channel or per-tensor scale (and
-    whose shard fits `_scaled_mm`) into an FP8 layer, before any weight is loaded; the HF names of
-    their weights."""
+    """Turn every linear layer whose checkpoint weight has a scale (and that `can_keep_fp8`) into
+    an FP8 layer, before any weight is loaded; the HF names of their weights."""
     kept: set[str] = set()
-    if scheme.granularity not in ("channel", "tensor"):
-        return kept
     suffix = "." + scheme.scale_name
     for scale_name in scales:
         if not scale_name.endswith(suffix):
             continue
         name = scale_name.removesuffix(suffix) + ".weight"
         owner = _owner(model, names, name)
-        if isinstance(owner, _Linear) and fits_scaled_mm(owner.weight.shape):
-            if owner.weight_scale is None:
-                to_fp8_linear(owner)
+        if owner is not None and can_keep_fp8(owner, scheme):
+            to_fp8_layer(owner, scheme)
             kept.add(name)
     logger.info("FP8 GEMMs: %d checkpoint weights stay FP8", len(kept))
     return kept
+
+
+@torch.no_grad()
+def dummy_fp8_layers(model: nn.Module, scheme: Fp8Scheme) -> int:
+    """Benchmarks without a checkpoint: every linear layer that `can_keep_fp8` becomes FP8 with
+    random weights (spread over e4m3's range) and random positive scales of `scheme`'s layout,
+    the product of about the size `_fill_dummy` gives float weights; the number of layers."""
+    count = 0
+    for name, layer in model.named_modules():
+        # NOTE: an MoE router (`mlp.gate`) stays in the model dtype, as FP8 checkpoints keep it
+        if name.endswith(".gate") or not can_keep_fp8(layer, scheme):
+            continue
+        to_fp8_layer(layer, scheme)
+        w, s = layer.weight, layer.weight_scale
+        w.copy_(torch.randn(w.shape, device=w.device).mul_(64).clamp_(-448, 448))
+        s.uniform_(0.5, 1.5).mul_(w.shape[1] ** -0.5 / 64)
+        count += 1
+    return count
 
 
 def fp8_weights(
@@ -130,9 +167,11 @@ def fp8_weights(
     kept: set[str] | frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, torch.Tensor | LazyWeight | Fp8Dequant]]:
     """The checkpoint's tensors as the model's loaders take them: every FP8 weight paired with its
-    scale, dequantized, or for the `kept` names (`keep_fp8_layers`) as stored, followed by a
-    `weight_scale` of one float32 per row. Scale tensors themselves are consumed here; activation
-    scales (`input_scale`) are not used: activations are scaled per token at run time."""
+    scale, dequantized, or for the `kept` names (`keep_fp8_layers`) as stored, followed by its
+    `weight_scale` in the layer's layout (float32, one per row, or one per row and block of
+    columns). Scale tensors themselves are consumed here; activation scales (`input_scale`,
+    static) are not used: the kernels take activations unquantized (weight-only), or
+    `_scaled_mm` quantizes each row with its own scale at run time, both at least as accurate."""
     for name, tensor in files:
         if name.endswith(_SCALE_SUFFIXES):
             continue
@@ -145,7 +184,10 @@ def fp8_weights(
             _check_scale(tuple(tensor.shape), scale, scheme)
             rows = tensor.shape[0]
             yield name, tensor
-            yield name + "_scale", scale.float().reshape(-1).expand(rows).contiguous()
+            if scheme.block is not None:  # each block row's scales over its rows
+                yield name + "_scale", scale.float().repeat_interleave(scheme.block[0], 0)[:rows]
+            else:
+                yield name + "_scale", scale.float().reshape(-1).expand(rows).contiguous()
         else:
             yield name, Fp8Dequant(tensor, scale, scheme)
 

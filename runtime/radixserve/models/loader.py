@@ -14,7 +14,12 @@ import torch
 from radixserve.layers.lazy_weight import LazyWeight
 from radixserve.models.architectures import get_model_class
 from radixserve.models.base import BaseCausalLM
-from radixserve.models.fp8_weights import fp8_weights, keep_fp8_layers, read_scales
+from radixserve.models.fp8_weights import (
+    dummy_fp8_layers,
+    fp8_weights,
+    keep_fp8_layers,
+    read_scales,
+)
 from radixserve.models.quantization import read_quantization
 from radixserve.models.weights import WeightNameMap
 from radixserve.utils.checkpoint_files import safetensors_files
@@ -94,6 +99,9 @@ def load_model(
     model = build_model(hf_config, dtype, device)
     if load_format == "dummy":
         _fill_dummy(model)
+        if fp8 is not None and use_fp8_gemm(device, dtype):
+            n = dummy_fp8_layers(model, fp8)
+            logger.info("dummy FP8 weights (%s scales): %d linear layers", fp8.granularity, n)
     elif fp8 is None:
         model.load_weights(iter_safetensors(model_dir))
     else:
@@ -108,10 +116,11 @@ def load_model(
 
 
 def use_fp8_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether FP8 weights with per-channel/per-tensor scales stay FP8 and run `_scaled_mm`: a
-    bfloat16 model on a GPU with FP8 tensor cores (compute capability 8.9+: Ada, Hopper)."""
+    """Whether an FP8 checkpoint's linear weights stay FP8 (`layers/fp8_linear.py`): a bfloat16
+    or float16 model on a GPU with FP8 support (compute capability 8.9+: Ada, Hopper). float32
+    models (the parity reference) and CPUs dequantize at load."""
     device = torch.device(device)
-    if device.type != "cuda" or dtype != torch.bfloat16:
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         return False
     return torch.cuda.get_device_capability(device) >= (8, 9)
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 SUPPORTED = (
-    "fp8 (Hugging Face FP8: weight_block_size block scales in weight_scale_inv, e4m3)",
+    ("fp8 (Hugging Face FP8: weight_block_size block scales in weight_scale_inv, e4m3; dynamic "
+     "or static activation scales)"),
     ("compressed-tensors (8-bit float weights, per-channel, per-tensor or block weight_scale; "
      "static or dynamic activation scales)"),
 )
@@ -68,8 +69,11 @@ def _hf_fp8(qc: dict[str, Any]) -> Fp8Scheme:
         _raise("'fp8' without weight_block_size (per-tensor fp8 checkpoints use compressed-tensors)")
     if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
         _raise(f"'fp8' with weight_block_size={block!r} (two positive ints)")
-    if qc.get("activation_scheme", "dynamic") != "dynamic":
-        _raise(f"'fp8' with activation_scheme={qc['activation_scheme']!r} (only dynamic)")
+    # NOTE: a static scheme's `input_scale` tensors are read and left unused: FP8 weights are
+    # dequantized (at load, or in the kernel's registers) and activations stay unquantized or are
+    # scaled per row at run time, never coarser than one static scale
+    if qc.get("activation_scheme", "dynamic") not in ("dynamic", "static"):
+        _raise(f"'fp8' with activation_scheme={qc['activation_scheme']!r} (dynamic or static)")
     return Fp8Scheme("fp8", "block", "weight_scale_inv", (block[0], block[1]))
 
 
