@@ -153,6 +153,76 @@ def test_fp8_gemm_path_stays_close_to_transformers(fp8, monkeypatch, fmt):
     assert (ours.argmax(-1) == want.argmax(-1)).float().mean() > 0.75  # 88-91% measured
 
 
+def _row_blocks(scale: torch.Tensor, rows: int) -> torch.Tensor:
+    """Block scales [rows / bm, cols / bk] repeated over each block's rows: [rows, cols / bk]."""
+    return scale.repeat_interleave(BLOCK[0], 0)[:rows]
+
+
+def test_block_fp8_gemm_path_keeps_checkpoint_bytes_and_block_scales(fp8, tp_rank, monkeypatch):
+    """The GPU path for block scales (forced here): rank 1 of 2 stores its FP8 rows as the
+    checkpoint has them and each row's block scales, wherever its rows start in a block (k and
+    v: mid-block); the row-parallel o_proj takes its own columns of scales."""
+    path, _ = fp8["block"]
+    tensors = load_file(str(path / "model.safetensors"))
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: True)
+    tp_rank(1, 2)
+    model, _ = load_model(path, torch.float32, "cpu")
+    p = "model.layers.0.self_attn."
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    w = {n: tensors[p + f"{n}_proj.weight"] for n in "qkv"}
+    s = {n: _row_blocks(tensors[p + f"{n}_proj.weight_scale_inv"], w[n].shape[0]) for n in "qkv"}
+    assert qkv.weight.dtype == torch.float8_e4m3fn and qkv.scale_block_k == BLOCK[1]
+    want_w = torch.cat([w["q"][32:64], w["k"][16:32], w["v"][16:32]])
+    assert torch.equal(qkv.weight.view(torch.uint8), want_w.view(torch.uint8))
+    assert torch.equal(qkv.weight_scale, torch.cat([s["q"][32:64], s["k"][16:32], s["v"][16:32]]))
+    o = model.model.layers[0].self_attn.o_proj
+    assert torch.equal(o.weight.view(torch.uint8),
+                       tensors[p + "o_proj.weight"][:, 32:].view(torch.uint8))
+    o_scale = _row_blocks(tensors[p + "o_proj.weight_scale_inv"], 64)
+    assert o.weight_scale.shape == (64, 32 // BLOCK[1])
+    assert torch.equal(o.weight_scale, o_scale[:, 32 // BLOCK[1]:])
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_block_fp8_gemm_path_gives_the_dequantized_logits(fp8, tmp_path, monkeypatch, corrupt):
+    """Weight-only: the kept FP8 weights times their scales, activations unrounded, are
+    transformers' logits on the dequantized checkpoint (float32 here, so to 1e-4); one block
+    scale wrong, they are not."""
+    path, ref = fp8["block"]
+    if corrupt:
+        shutil.copytree(path, tmp_path / "bad")
+        path = tmp_path / "bad"
+        corrupt_scale(path, "model.layers.1.self_attn.o_proj.weight_scale_inv", 3.0)
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: True)
+    model, _ = load_model(path, torch.float32, "cpu")
+    assert model.model.layers[1].self_attn.o_proj.weight.dtype == torch.float8_e4m3fn
+    ours, want = our_logits(model, IDS), hf_logits(ref, IDS)
+    if corrupt:
+        assert (ours - want).abs().max() > 0.1
+    else:
+        torch.testing.assert_close(ours, want, atol=1e-4, rtol=0)
+
+
+def test_dummy_block_fp8_weights(tmp_path, monkeypatch):
+    """`load_format="dummy"` with a block-FP8 config, where FP8 weights are kept: every linear
+    layer FP8 with positive scales in the block layout, logits of a usable spread."""
+    from radixserve.bench.presets import fp8_block_dir
+
+    src = write_tiny_checkpoint("qwen3", tmp_path / "src")
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: True)
+    monkeypatch.setenv("RADIXSERVE_CACHE_DIR", str(tmp_path / "cache"))
+    model, cfg = load_model(fp8_block_dir(src), torch.float32, "cpu", load_format="dummy")
+    assert cfg.quantization_config["weight_block_size"] == [128, 128]
+    layer = model.model.layers[1]
+    for lin in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+                layer.mlp.down_proj):
+        rows, cols = lin.weight.shape
+        assert lin.weight.dtype == torch.float8_e4m3fn and lin.scale_block_k == 128
+        assert lin.weight_scale.shape == (rows, -(-cols // 128)) and (lin.weight_scale > 0).all()
+    logits = our_logits(model, IDS)
+    assert logits.isfinite().all() and logits.std() > 0.1
+
+
 def test_fp8_linear_is_the_product_of_the_quantized_operands():
     """`fp8_linear` = (each row of x rounded to FP8 with its scale) @ (FP8 weight * row scale).T,
     as computed from the operands in float64 (plus the bias)."""

@@ -32,6 +32,25 @@ def test_latency_with_profile_on_a_small_vocabulary(tiny_ckpts, tmp_path, capsys
     assert calls[0] == int(calls[0])
 
 
+def test_latency_runs_each_dummy_quantization(tiny_ckpts, capsys) -> None:
+    """`--dummy-quantization none fp8`: the same shapes twice, the second from a block-FP8
+    config (on CPU its weights stay in the model dtype: no FP8 weight is kept)."""
+    argv = ["bench", "latency", "--model", str(tiny_ckpts["qwen3"]), "--device", "cpu",
+            "--dummy-weights", "--dummy-quantization", "none", "fp8", "--batch-sizes", "1",
+            "--steps", "2", "--input-len", "8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert len(re.findall(r"^batch\s+1:", out, re.MULTILINE)) == 2
+    assert out.count("block-FP8 config: 0 weights FP8") == 1
+
+
+def test_dummy_quantization_needs_dummy_weights(tiny_ckpts) -> None:
+    argv = ["bench", "latency", "--model", str(tiny_ckpts["qwen3"]), "--device", "cpu",
+            "--dummy-quantization", "fp8"]
+    with pytest.raises(SystemExit, match="needs --dummy-weights"):
+        main(argv)
+
+
 def _breakdown(out: str) -> dict[str, float]:
     """The `--breakdown` table under the first batch line: label -> ms per step."""
     block = out.split("eager forward by part", 1)[1].split("\nbatch", 1)[0]

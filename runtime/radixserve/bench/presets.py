@@ -2,6 +2,7 @@
 a config-only directory so the engine and transformers can both build them with random weights."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -46,8 +47,9 @@ def fp8_block_dir(model_dir: str | Path) -> Path:
     """A copy of `model_dir` without its weights whose config declares block-FP8 weights
     (`FP8_BLOCK_QUANTIZATION`): with dummy weights, the model's linear layers are then FP8 with
     random block scales where the loader keeps FP8 weights (a 16-bit model on CUDA)."""
-    src = Path(model_dir)
-    path = settings.CACHE_DIR.get() / "presets" / f"{src.name}-fp8-block"
+    src = Path(model_dir).resolve()
+    key = hashlib.sha1(str(src).encode()).hexdigest()[:12]  # one copy per source directory
+    path = settings.CACHE_DIR.get() / "presets" / "fp8-block" / f"{src.name}-{key}"
     path.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
         if f.is_file() and not f.name.endswith(_WEIGHT_SUFFIXES) and f.name != "config.json":

@@ -169,7 +169,10 @@ def run_latency(args: argparse.Namespace) -> int:
     for (quant, eng), mode in itertools.product(engines, modes):
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
             tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
-            weights = ", weights block FP8" if quant == "fp8" else ""
+            weights = ""
+            if quant == "fp8":  # kept FP8 on CUDA in 16 bits; elsewhere the model dtype's
+                kept = sum(p.dtype == torch.float8_e4m3fn for p in sched.engine.model.parameters())
+                weights = f", block-FP8 config: {kept} weights FP8"
             print(f"decode step, input {args.input_len} tokens, {args.steps} steps, {sched.device} "
                   f"({sched.engine.dtype}{weights}){tp}, "
                   f"attention {type(sched.engine.attn_backend).__name__}, "

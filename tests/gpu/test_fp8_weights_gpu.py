@@ -1,0 +1,77 @@
+"""FP8 weight checkpoints on CUDA in 16-bit: block-FP8 (128x128) and per-channel linear weights
+stay FP8 and run the FP8-weight kernel (one-row, skinny and tiled), and the model follows
+transformers on the dequantized checkpoint as closely as bf16 allows: prefill logits within
+2e-2 relative error, greedy tokens parting only at the reference's near-ties (decode steps
+replayed from CUDA graphs); a wrong block scale is seen."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.gpu.helpers import assert_greedy_parts_only_at_ties, generate, hf_logits, rel_err
+from tests.models.fp8_checkpoints import corrupt_scale, write_fp8_checkpoint
+from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
+
+pytestmark = pytest.mark.gpu
+REL_TOL = 2e-2
+BLOCK = (128, 128)
+
+
+@pytest.fixture(scope="module")
+def fp8_qwen3(realistic_qwen3, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """format -> (FP8 checkpoint of the realistic Qwen3, its dequantized float32 twin)."""
+    root = tmp_path_factory.mktemp("fp8_gpu")
+    return {f: (write_fp8_checkpoint(realistic_qwen3, root / f, f, ref=root / f"{f}-ref",
+                                     block=BLOCK), root / f"{f}-ref") for f in ("block", "channel")}
+
+
+def _engine(path: Path, dtype: str):
+    from radixserve.config import EngineConfig
+    from radixserve.engine.engine import Engine
+
+    return Engine(EngineConfig(model=str(path), dtype=dtype, device="cuda", page_size=16,
+                               cuda_graph_max_bs=0), max_running_requests=4)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("fmt,lens", [("block", [5, 16, 37, 300]), ("channel", [3, 9, 16])])
+def test_prefill_logits_follow_the_dequantized_checkpoint(fp8_qwen3, dtype, fmt, lens) -> None:
+    """Per-channel prompts of at most 16 tokens: their projections take the FP8-weight kernel
+    (longer ones quantize activations for `_scaled_mm`, a coarser product)."""
+    path, ref = fp8_qwen3[fmt]
+    engine = _engine(path, dtype)
+    qkv = engine.model.model.layers[0].self_attn.qkv_proj
+    assert qkv.weight.dtype == torch.float8_e4m3fn
+    assert qkv.scale_block_k == (BLOCK[1] if fmt == "block" else None)
+    prompts = random_prompts(len(lens), lens, engine.hf_config.vocab_size, seed=2)
+    want = hf_logits(ref, prompts, getattr(torch, dtype), "cuda")
+    for i, (got, w) in enumerate(zip(prefill_logits(engine, prompts), want)):
+        assert rel_err(got, w) <= REL_TOL, f"prompt {i} ({lens[i]} tokens): {rel_err(got, w):.4f}"
+
+
+def test_a_wrong_block_scale_is_seen(fp8_qwen3, tmp_path) -> None:
+    path, ref = fp8_qwen3["block"]
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    corrupt_scale(bad, "model.layers.0.mlp.down_proj.weight_scale_inv", 4.0)
+    prompts = random_prompts(2, [5, 40], 1000, seed=4)
+    want = hf_logits(ref, prompts, torch.bfloat16, "cuda")
+    errs = [rel_err(g, w) for g, w in zip(prefill_logits(_engine(bad, "bfloat16"), prompts), want)]
+    assert min(errs) > 5 * REL_TOL, errs
+
+
+def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen3) -> None:
+    """Batched decode through CUDA graphs (the one-row and skinny kernels), prefill through the
+    tiled one."""
+    from transformers import AutoConfig
+
+    path, ref = fp8_qwen3["block"]
+    vocab = AutoConfig.from_pretrained(ref).vocab_size
+    prompts = random_prompts(24, [3, 17, 64, 150], vocab, seed=11)
+    want = hf_greedy(ref, prompts, 16, torch.bfloat16, "cuda")
+    got = generate(path, prompts, 16, graphs=True, dtype="bfloat16", device="cuda", page_size=16,
+                   max_running_requests=32)
+    assert_greedy_parts_only_at_ties(ref, prompts, got, want, REL_TOL)
