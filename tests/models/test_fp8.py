@@ -203,6 +203,36 @@ def test_block_fp8_gemm_path_gives_the_dequantized_logits(fp8, tmp_path, monkeyp
         torch.testing.assert_close(ours, want, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("kept", [False, True])
+def test_static_activation_scales_are_read_and_left_unused(fp8, tmp_path, monkeypatch, caplog,
+                                                           kept):
+    """A Hugging Face fp8 checkpoint with `activation_scheme: static` and an `input_scale` per
+    linear weight loads (no tensor reported ignored) and gives the dequantized model's logits:
+    weight-only dequantization never rounds activations to a static scale."""
+    import json
+    import logging
+
+    from safetensors.torch import save_file
+
+    path, ref = fp8["block"]
+    static = tmp_path / "static"
+    shutil.copytree(path, static)
+    tensors = load_file(str(static / "model.safetensors"))
+    for name in [n for n in tensors if n.endswith(".weight_scale_inv")]:
+        tensors[name.removesuffix("weight_scale_inv") + "input_scale"] = torch.tensor([0.02])
+    save_file(tensors, str(static / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((static / "config.json").read_text())
+    cfg["quantization_config"]["activation_scheme"] = "static"
+    (static / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(loader, "use_fp8_gemm", lambda device, dtype: kept)
+    with caplog.at_level(logging.INFO):
+        model, _ = load_model(static, torch.float32, "cpu")
+    assert "ignored" not in caplog.text
+    down = model.model.layers[0].mlp.down_proj
+    assert (down.weight.dtype == torch.float8_e4m3fn) == kept
+    torch.testing.assert_close(our_logits(model, IDS), hf_logits(ref, IDS), atol=1e-4, rtol=0)
+
+
 def test_dummy_block_fp8_weights(tmp_path, monkeypatch):
     """`load_format="dummy"` with a block-FP8 config, where FP8 weights are kept: every linear
     layer FP8 with positive scales in the block layout, logits of a usable spread."""
