@@ -111,6 +111,10 @@ def load_model(
         model.load_weights(fp8_weights(iter_safetensors(model_dir), scales, fp8, kept))
         logger.info("FP8 weights (%s, %s scales): %d linear weights stay FP8, the rest dequantized "
                     "to %s", fp8.method, fp8.granularity, len(kept), dtype)
+    if fp8 is not None and torch.device(device).type == "cuda":
+        # NOTE: the 16-bit weights FP8 layers replaced are free but cached by the allocator; the
+        # KV cache is sized from the driver's free memory, so hand them back first
+        torch.cuda.empty_cache()
     logger.info("loaded %s (%s) on %s as %s", model_dir, type(model).__name__, device, dtype)
     return model, hf_config
 
