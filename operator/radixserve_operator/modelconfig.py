@@ -19,6 +19,7 @@ from typing import Any
 from radixserve_operator.spec import ModelSpec
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}  # fp8: KV cache only
+BLOCK_SCALE_BYTES = 4  # a block-FP8 layer keeps one float32 scale per row and column block
 
 
 class ModelConfigNotFound(ValueError):
@@ -90,11 +91,14 @@ def _count(
 
 def gpu_bytes_per_quantized_weight(cfg: dict[str, Any]) -> float | None:
     """Bytes a linear weight takes on the GPU under the checkpoint's `quantization_config`, as the
-    runtime loads it (`radixserve.models.fp8_weights`), or None for the model's dtype: FP8 with
-    per-channel or per-tensor scales (compressed-tensors) stays FP8, 1 byte (plus a float32 scale
-    per output row, under 0.1%); block-scaled FP8 (`quant_method: fp8`) is dequantized at load,
-    so it takes the dtype's bytes; other methods the runtime refuses to load."""
+    runtime loads it (`radixserve.models.fp8_weights`), or None for the model's dtype. FP8 stays
+    FP8 on the GPU: with per-channel or per-tensor scales (compressed-tensors) 1 byte (plus a
+    float32 scale per output row, under 0.1%); block-scaled (`quant_method: fp8`) 1 byte plus a
+    float32 scale per row and 128-column block (1/32 byte a weight). Other methods the runtime
+    refuses to load."""
     qc = cfg.get("quantization_config") or {}
+    if qc.get("quant_method") == "fp8" and qc.get("weight_block_size"):
+        return 1.0 + BLOCK_SCALE_BYTES / qc["weight_block_size"][-1]
     if qc.get("quant_method") != "compressed-tensors":
         return None
     groups = list((qc.get("config_groups") or {}).values())
