@@ -43,3 +43,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(no_pods)
         elif "e2e" in item.keywords and not has_kind:
             item.add_marker(no_kind)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With RADIXSERVE_TEST_TIMES=FILE, one line per test phase as it ends (seconds, outcome, id):
+    a run cut short by a time limit (the GPU machine's 10-minute call) still says where its time
+    went, which `--durations` only prints at the end."""
+    import os
+
+    path = os.environ.get("RADIXSERVE_TEST_TIMES")
+    if path and (report.when == "call" or report.outcome != "passed"):
+        with open(path, "a") as f:
+            f.write(f"{report.duration:8.2f} {report.outcome:7} {report.when:8} {report.nodeid}\n")
