@@ -12,10 +12,9 @@ import itertools
 
 import torch
 import torch.nn.functional as F
-from triton.runtime import errors as triton_errors
 
 from radixserve_kernels import fp8_gemv, gemv
-from radixserve_kernels.bench_gemm import COPIES, graph_us
+from radixserve_kernels.bench_gemm import COPIES, graph_us, us_with_config
 
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (24576, 4096),
           "down_proj": (4096, 12288)}
@@ -29,16 +28,8 @@ def fp8_us(x: torch.Tensor, ws: list[torch.Tensor], scales: list[torch.Tensor],
            block: tuple[int, int] | None, config: tuple | None = None) -> float:
     """µs per `fp8_gemm` call; `config` replaces the chosen tiles (None: the chosen ones)."""
     name = "fp8_gemv_config" if x.shape[0] == 1 else "fp8_gemm_config"
-    chosen = getattr(fp8_gemv, name)
-    if config is not None:
-        setattr(fp8_gemv, name, lambda *shape: config)
-    try:
-        return graph_us(lambda r: fp8_gemv.fp8_gemm(x, ws[r % COPIES], scales[r % COPIES], None,
-                                                    block))
-    except triton_errors.OutOfResources:
-        return float("inf")
-    finally:
-        setattr(fp8_gemv, name, chosen)
+    return us_with_config(fp8_gemv, name, config, lambda r: fp8_gemv.fp8_gemm(
+        x, ws[r % COPIES], scales[r % COPIES], None, block))
 
 
 def main() -> None:

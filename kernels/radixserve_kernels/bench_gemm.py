@@ -42,19 +42,26 @@ def graph_us(fn: Callable[[int], object], reps: int = 24, iters: int = 10) -> fl
     return start.elapsed_time(end) * 1000 / (reps * iters)
 
 
+def us_with_config(module: object, name: str, config: tuple | None,
+                   fn: Callable[[int], object]) -> float:
+    """`graph_us(fn)` with `module.name` (a tile-config function) answering `config` meanwhile;
+    None keeps the chosen tiles. A tile too large for shared memory times as infinite."""
+    chosen = getattr(module, name)
+    if config is not None:
+        setattr(module, name, lambda *shape: config)
+    try:
+        return graph_us(fn)
+    except triton_errors.OutOfResources:  # a sweep's tile too large for shared memory
+        return float("inf")
+    finally:
+        setattr(module, name, chosen)
+
+
 def skinny_us(x: torch.Tensor, ws: list[torch.Tensor], config: tuple[int, int, int, int] | None) -> float:
     """µs per `skinny_gemm` call; `config` replaces the chosen tiles (the one-row kernel's for a
     single row), or None for the chosen ones."""
     name = "gemv_config" if x.shape[0] == 1 else "skinny_gemm_config"
-    chosen = getattr(gemv, name)
-    if config is not None:
-        setattr(gemv, name, lambda *shape: config)
-    try:
-        return graph_us(lambda r: gemv.skinny_gemm(x, ws[r % COPIES], None))
-    except triton_errors.OutOfResources:  # a sweep's tile too large for shared memory
-        return float("inf")
-    finally:
-        setattr(gemv, name, chosen)
+    return us_with_config(gemv, name, config, lambda r: gemv.skinny_gemm(x, ws[r % COPIES], None))
 
 
 def main() -> None:
