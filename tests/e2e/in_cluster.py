@@ -1,5 +1,5 @@
 """Run a Python script in a throwaway pod of the runtime image, inside the cluster (so Service DNS
-names resolve), and read its last output line as JSON."""
+names resolve), and read its last output line as JSON; and the question every suite asks."""
 
 from __future__ import annotations
 
@@ -8,6 +8,19 @@ import uuid
 
 from tests.e2e.conftest import RUNTIME_CPU_IMAGE, Stack
 from tests.e2e.kind_cluster import wait_for
+
+# A greedy chat call: argv base URL (…/v1) and, optionally, the model (else the first served).
+ASK_CAPITAL = """
+import json, sys, urllib.request
+base = sys.argv[1]
+model = sys.argv[2] if len(sys.argv) > 2 else json.load(
+    urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24, "temperature": 0}
+req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))))
+"""
 
 
 def run_in_pod(stack: Stack, script: str, *args: str, timeout: float = 420) -> dict:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
-from tests.e2e.in_cluster import run_in_pod
+from tests.e2e.in_cluster import ASK_CAPITAL, run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
@@ -28,15 +28,6 @@ NAME = "hub-model"
 SHAPE = {"parameterCount": "135M", "numAttentionHeads": 9, "numKeyValueHeads": 3,
          "numHiddenLayers": 30, "headDim": 64, "dtype": "float32"}
 
-ASK = """
-import json, sys, urllib.request
-base = sys.argv[1]
-body = {"model": sys.argv[2], "max_tokens": 24, "temperature": 0,
-        "messages": [{"role": "user", "content": "What is the capital of France?"}]}
-req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))))
-"""
 
 
 def _hub_objects(namespace: str) -> list[dict]:
@@ -105,7 +96,7 @@ def _serve_and_ask(stack: Stack, hub: str, cache: dict) -> dict:
     assert init["name"] == "model-download"
     assert init["state"]["terminated"]["exitCode"] == 0, init
     init_log = k("logs", pod["metadata"]["name"], "-n", ns, "-c", "model-download")
-    answer = run_in_pod(stack, ASK, f"http://{NAME}.{ns}.svc:8000/v1", REPO_ID)
+    answer = run_in_pod(stack, ASK_CAPITAL, f"http://{NAME}.{ns}.svc:8000/v1", REPO_ID)
     return {"pod": pod, "init_log": init_log, "answer": answer}
 
 

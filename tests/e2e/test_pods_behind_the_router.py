@@ -12,7 +12,7 @@ import yaml
 
 from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
-from tests.e2e.in_cluster import run_in_pod
+from tests.e2e.in_cluster import ASK_CAPITAL, run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node, pytest.mark.timeout(3600)]
@@ -22,18 +22,11 @@ NAME = "smollm2-routed"
 ROUTER = f"{NAME}-router"
 READY_TIMEOUT = 900
 
-ASK = """
-import json, sys, urllib.request
-base = sys.argv[1]
-model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
-body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 24, "temperature": 0}
-req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-answer = json.load(urllib.request.urlopen(req, timeout=300))
 # the gateway's worker list (its own API, at its root)
-answer["workers"] = urllib.request.urlopen(base.removesuffix("/v1") + "/workers", timeout=60).read().decode()
-print(json.dumps(answer))
+WORKERS = """
+import json, sys, urllib.request
+url = sys.argv[1].removesuffix("/v1") + "/workers"
+print(json.dumps({"workers": urllib.request.urlopen(url, timeout=60).read().decode()}))
 """
 
 
@@ -78,11 +71,12 @@ def test_the_router_discovers_the_replicas_and_answers_in_cluster(stack: Stack) 
     endpoint = obj["status"]["endpoint"]
     assert endpoint == f"http://{ROUTER}.{stack.serving_ns}.svc:8000/v1"
     assert len(_server_pods(stack)) == 2
-    answer = run_in_pod(stack, ASK, endpoint)
+    answer = run_in_pod(stack, ASK_CAPITAL, endpoint)
+    workers = run_in_pod(stack, WORKERS, endpoint)["workers"]
     assert "paris" in answer["choices"][0]["message"]["content"].lower(), answer
     # the gateway lists both replicas' pod addresses as its workers
     for pod in _server_pods(stack):
-        assert f"{pod['status']['podIP']}:8000" in answer["workers"], answer["workers"]
+        assert f"{pod['status']['podIP']}:8000" in workers, workers
 
 
 def test_rollout_and_scale_down_through_the_router_lose_no_request(stack: Stack) -> None:

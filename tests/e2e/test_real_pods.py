@@ -21,7 +21,7 @@ import yaml
 
 from tests.e2e.client_loop import ClientLoop
 from tests.e2e.conftest import REPO, RUNTIME_CPU_IMAGE, Stack
-from tests.e2e.in_cluster import run_in_pod
+from tests.e2e.in_cluster import ASK_CAPITAL, run_in_pod
 from tests.e2e.kind_cluster import wait_for
 
 # The first test also waits for the stack: image builds and imports (minutes on a cold cache).
@@ -39,16 +39,6 @@ KILL_SERVER = (
     "        os.kill(int(p), signal.SIGKILL)\n"
 )
 
-CHAT_SCRIPT = """
-import json, sys, urllib.request
-base = sys.argv[1]
-model = json.load(urllib.request.urlopen(base + "/models", timeout=60))["data"][0]["id"]
-body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 24, "temperature": 0}
-req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(),
-                             {"Content-Type": "application/json"})
-print(json.dumps(json.load(urllib.request.urlopen(req, timeout=300))))
-"""
 
 # The same question streamed: each server-sent event's delta, and whether [DONE] ended the stream.
 STREAM_SCRIPT = """
@@ -121,7 +111,7 @@ def _pod_args(stack: Stack) -> list[list[str]]:
     return [p["spec"]["containers"][0]["args"] for p in live]
 
 
-def _chat_in_cluster(stack: Stack, base_url: str, script: str = CHAT_SCRIPT) -> dict:
+def _chat_in_cluster(stack: Stack, base_url: str, script: str = ASK_CAPITAL) -> dict:
     return run_in_pod(stack, script, base_url)
 
 
