@@ -7,6 +7,7 @@ answering. On the real node of `make cluster`; runs before the real-pod suite's 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -158,6 +159,7 @@ def test_a_claim_on_a_local_volume_keeps_the_download_across_pods(stack: Stack, 
         _delete(stack)
         k("delete", "pvc", f"{NAME}-cache", "-n", ns, "--ignore-not-found", "--wait=false")
         k("delete", "pv", pv, "--ignore-not-found", "--wait=false")
+        shutil.rmtree(folder, ignore_errors=True)  # the model's copy (about 0.5 GB) on the host
     assert second["pod"]["metadata"]["uid"] != first["pod"]["metadata"]["uid"]
     # the snapshot was complete in the claim: the hub was asked for the revision, no file again
     assert refetched == 0, refetched
