@@ -10,9 +10,9 @@ import pytest
 
 from radixserve.messages import TokenizeMsg, decode, encode
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.constraints import request_constraint
 from radixserve.server.errors import APIError
 from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest
+from radixserve.server.structured_output import request_constraint
 from radixserve.server.tools import plan_tools, required_calls_schema
 from radixserve.testing import build_tokenizer
 from radixserve.tokenizer.tokenize import TokenizeManager

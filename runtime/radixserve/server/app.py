@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.access_log import AccessLogMiddleware
 from radixserve.server.body_guard import BodyGuardMiddleware
-from radixserve.server.constraints import check_json_schema
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
@@ -23,6 +22,7 @@ from radixserve.server.protocol import GenerateRequest
 from radixserve.server.responses_api import router as responses_router
 from radixserve.server.sglang_api import router as sglang_router
 from radixserve.server.state import ServerState, StateDep
+from radixserve.server.structured_output import check_json_schema
 from radixserve.server.tokenize_api import router as tokenize_router
 
 _HEALTH_GENERATE_TIMEOUT_S = 30.0

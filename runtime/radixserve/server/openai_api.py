@@ -15,7 +15,6 @@ from pydantic import BaseModel
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.constraints import Constraint, request_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
 from radixserve.server.protocol import (
@@ -26,6 +25,7 @@ from radixserve.server.protocol import (
     SamplingFields,
 )
 from radixserve.server.state import ServerState, StateDep
+from radixserve.server.structured_output import Constraint, request_constraint
 from radixserve.server.tools import ToolPlan, plan_tools
 
 router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read

@@ -21,7 +21,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from radixserve.postprocess.chat_output import ChatOutput
-from radixserve.server.constraints import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
 from radixserve.server.openai_api import (
@@ -39,6 +38,7 @@ from radixserve.server.protocol import (
     SamplingFields,
 )
 from radixserve.server.state import ServerState, StateDep
+from radixserve.server.structured_output import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.tools import plan_tools
 
 router = APIRouter()

@@ -16,9 +16,9 @@ from radixserve.postprocess.tool_parsers import (
     RequiredCallsParser,
     ToolParser,
 )
-from radixserve.server.constraints import Constraint, check_json_schema
 from radixserve.server.errors import APIError, short
 from radixserve.server.protocol import ChatCompletionRequest, FunctionDefinition, Tool
+from radixserve.server.structured_output import Constraint, check_json_schema
 
 NO_PARAMETERS = {"type": "object", "properties": {}}
 
