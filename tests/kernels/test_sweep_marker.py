@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from tests.kernels.conftest import SWEPT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ def _collected(*args: str) -> set[str]:
     return {line for line in r.stdout.splitlines() if line.startswith(FILE + "::")}
 
 
+@pytest.mark.slow  # three collections in subprocesses
 def test_gpu_tier_keeps_one_case_of_each_grid_and_the_sweep_the_rest() -> None:
     every, gpu, sweep = _collected("-m", "gpu or kernel_sweep"), _collected("-m", "gpu"), \
         _collected("-m", "kernel_sweep")

@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
 import torch
+
+
+def fast_corners(grid: Iterable[tuple], fast: set[tuple]) -> list:
+    """A parametrize grid whose cases outside `fast` are `slow`: `make test-fast` runs the
+    corners, `make test` the whole grid."""
+    return [pytest.param(*case, marks=() if case in fast else pytest.mark.slow) for case in grid]
 
 
 def random_prompts(n: int, lengths: list[int], vocab: int, seed: int = 0) -> list[list[int]]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from radixserve import LLM, SamplingParams
-from tests.runtime.helpers import hf_greedy, prefill_logits
+from tests.runtime.helpers import fast_corners, hf_greedy, prefill_logits
 
 TEXT = ("The history of the city begins with a small fishing village on the banks of the river. "
         "Over the centuries merchants, scholars and travellers arrived, bringing new ideas, goods "
@@ -32,7 +32,8 @@ def embedded():
     return path, prompts, hf_greedy(path, prompts, MAX_NEW)
 
 
-@pytest.mark.parametrize("cache,page_size,max_prefill", list(itertools.product(["radix", "naive"], [1, 16], [16, 8192])))
+@pytest.mark.parametrize("cache,page_size,max_prefill", fast_corners(
+    itertools.product(["radix", "naive"], [1, 16], [16, 8192]), {("radix", 16, 16), ("naive", 1, 8192)}))
 def test_embedded_greedy_parity(embedded, cache, page_size, max_prefill) -> None:
     path, prompts, expected = embedded
     llm = LLM(str(path), dtype="float32", device="cpu", cache=cache, page_size=page_size,

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from radixserve import LLM, SamplingParams
-from tests.runtime.helpers import greedy_reference, random_prompts
+from tests.runtime.helpers import fast_corners, greedy_reference, random_prompts
 
 LENGTHS = [1, 7, 16, 33, 64, 129, 200, 300]
 MAX_NEW = 12
@@ -19,7 +19,8 @@ def reference(tiny_ckpts):
     return greedy_reference(tiny_ckpts, LENGTHS, MAX_NEW)
 
 
-@pytest.mark.parametrize("cache,page_size,max_prefill", COMBOS)
+@pytest.mark.parametrize("cache,page_size,max_prefill",
+                         fast_corners(COMBOS, {("radix", 16, 16), ("naive", 1, 8192)}))
 def test_greedy_parity_all_architectures(tiny_ckpts, reference, cache, page_size, max_prefill):
     sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
     for arch, path in tiny_ckpts.items():
