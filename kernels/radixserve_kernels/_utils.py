@@ -16,6 +16,13 @@ def next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def window_arg(window: int | None) -> int:
+    """A sliding window as the attention kernels take it: its length in tokens, 0 for none."""
+    if window is not None and window < 1:
+        raise ValueError(f"a sliding window covers at least one token, got {window}")
+    return window or 0
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (`TRITON_INTERPRET=1`)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

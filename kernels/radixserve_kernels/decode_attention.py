@@ -20,6 +20,7 @@ from radixserve_kernels._utils import (
     fp8_mma_capable,
     next_pow2,
     pdl_args,
+    window_arg,
 )
 from radixserve_kernels.kv_quant import FP8_MAX, dequantize_kv_ref, gather_kv, is_fp8
 from radixserve_kernels.rotary import qk_norm_rope_ref
@@ -69,10 +70,12 @@ def decode_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     req_rows: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     k_scale: float = 1.0, v_scale: float = 1.0, new_kv: NewTokenKV | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D]; caches [S, Hkv, D]; page_table [R, L]; req_rows, seq_lens [B] -> [B, Hq, D].
     `k_scale`/`v_scale`: an FP8 cache's per-tensor scales (`kv_quant`). `new_kv`: q and the new
-    token's k are rotated, and k/v stored, first (`rotate_new_token_ref`)."""
+    token's k are rotated, and k/v stored, first (`rotate_new_token_ref`). `window` W: the query
+    (at position seq_len - 1) sees only the last W keys; None: all of them."""
     out = torch.empty_like(q)
     if new_kv is not None:
         q = rotate_new_token_ref(q, k_cache, v_cache, seq_lens, new_kv, k_scale, v_scale)
@@ -80,8 +83,11 @@ def decode_attention_ref(
         slots = page_table[row, :n].long()
         keys = dequantize_kv_ref(gather_kv(k_cache, slots), k_scale).transpose(0, 1)
         vals = dequantize_kv_ref(gather_kv(v_cache, slots), v_scale).transpose(0, 1)
+        mask = None
+        if window is not None:
+            mask = (torch.arange(n) > n - 1 - window).to(q.device)
         o = F.scaled_dot_product_attention(
-            q[i, :, None].float(), keys, vals, scale=scale,
+            q[i, :, None].float(), keys, vals, attn_mask=mask, scale=scale,
             enable_gqa=q.shape[1] != keys.shape[0],
         )
         out[i] = o[:, 0].to(q.dtype)
@@ -197,6 +203,7 @@ def decode_attention(
     num_splits: int | None = None, out: torch.Tensor | None = None,
     k_scale: float = 1.0, v_scale: float = 1.0, shape: DecodeShape | None = None,
     order: torch.Tensor | None = None, new_kv: NewTokenKV | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Triton twin of `decode_attention_ref`; no host sync, so it is safe to capture in a CUDA
     graph (device tensors updated in place between replays; the scales are constants).
@@ -205,7 +212,8 @@ def decode_attention(
     order, a permutation of 0..bs-1 (`decode_order`); each request's result is the same
     whatever the order, bit for bit, only the time differs. `new_kv`: q comes unrotated and the
     kernel rotates it and stores the new k/v itself (`NewTokenKV`; the rotary kernel's launch
-    saved); q is left as it came."""
+    saved); q is left as it came. `window`: a runtime argument of the kernels (full and windowed
+    layers share one compiled kernel); the splits divide only the window's keys."""
     from radixserve_kernels._jit.decode import decode_merge_kernel, decode_split_kernel
     from radixserve_kernels._jit.decode_sliced import decode_sliced_kernel
 
@@ -244,7 +252,7 @@ def decode_attention(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), page_table.stride(0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        out.stride(0), out.stride(1), scale * k_scale, v_scale, *rope_args,
+        out.stride(0), out.stride(1), scale * k_scale, v_scale, *rope_args, window_arg(window),
         GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits, BLOCK_G=max(16, next_pow2(group)),
         BLOCK_D=block_d, BLOCK_N=shape.block_n, PRECISION=dot_precision(q.dtype),
         F16_DOTS=f16_dots(q.dtype, k_cache.dtype), HAS_ORDER=order is not None, num_warps=shape.warps,

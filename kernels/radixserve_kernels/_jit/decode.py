@@ -8,13 +8,13 @@ from radixserve_kernels._jit.pdl import pdl_enter
 from radixserve_kernels._jit.rotary import cos_sin, norm_rotate, store_row
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["window"])  # one compile for any window, 1 too
 def decode_split_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, order_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     scale, v_scale,
     kn_ptr, vn_ptr, loc_ptr, cs_ptr, qw_ptr, kw_ptr, kn_s0, kn_s1, vn_s0, vn_s1, cs_s0, eps,
-    k_inv, v_inv,
+    k_inv, v_inv, window,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr,
@@ -39,8 +39,8 @@ def decode_split_kernel(
     pdl_enter(PDL)
     HALF: tl.constexpr = BLOCK_D // 2
     b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1, seq_len = split_start(
-        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF,
-        BLOCK_N, HAS_ORDER)
+        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, window, GROUP, HEAD_DIM, NUM_SPLITS,
+        BLOCK_G, HALF, BLOCK_N, HAS_ORDER)
     kv_end = keys_end(start, end, seq_len, ROPE)
     table = table_ptr + row * table_s0
     offs = start + tl.arange(0, BLOCK_N)
@@ -80,16 +80,21 @@ def decode_split_kernel(
 
 @triton.jit
 def split_start(
-    q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_ORDER: tl.constexpr,
+    q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, window, GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr,
+    BLOCK_N: tl.constexpr, HAS_ORDER: tl.constexpr,
 ):
     """A split's start, shared by the split and sliced kernels: its request `b`, KV head, split
     index, page-table row and key range [start, end), then its query heads (`heads`, in range
     where `gm`), the head_dim offsets of a half (`d`, in range where `dm0`/`dm1`), the two
     halves of q as stored, and the request's length. The grid is (KV head, split, rank): the GPU starts
     programs in that linear order, so one request's programs start together, and with HAS_ORDER
-    the rank-th request is `order[rank]` (the launcher's longest-first order)."""
+    the rank-th request is `order[rank]` (the launcher's longest-first order).
+
+    The splits divide the keys the query sees: all the request's, or with a sliding `window`
+    W > 0 (0: none) its last W, [seq_len - W, seq_len); a split past them is empty (its loop
+    runs no block and it writes lse -inf). The last non-empty split still ends at seq_len, so
+    the new-token work (`new_token_queries`, `fold_new_token`) stays with it."""
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     rank = tl.program_id(2).to(tl.int64)
@@ -99,8 +104,9 @@ def split_start(
         b = rank
     seq_len = tl.load(seq_ptr + b)
     row = tl.load(rows_ptr + b).to(tl.int64)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = split * per_split
+    lo = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)
+    per_split = tl.cdiv(tl.cdiv(seq_len - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = lo + split * per_split
     end = tl.minimum(start + per_split, seq_len)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, HALF)

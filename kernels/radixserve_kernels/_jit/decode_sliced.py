@@ -14,13 +14,13 @@ from radixserve_kernels._jit.decode import (
 from radixserve_kernels._jit.pdl import pdl_enter
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["window"])  # one compile for any window, 1 too
 def decode_sliced_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, rows_ptr, seq_ptr, order_ptr, mid_o_ptr, mid_lse_ptr, out_ptr,
     q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, table_s0, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1,
     scale, v_scale,
     kn_ptr, vn_ptr, loc_ptr, cs_ptr, qw_ptr, kw_ptr, kn_s0, kn_s1, vn_s0, vn_s1, cs_s0, eps,
-    k_inv, v_inv,
+    k_inv, v_inv, window,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     F16_DOTS: tl.constexpr, HAS_ORDER: tl.constexpr, PDL: tl.constexpr,
@@ -42,8 +42,8 @@ def decode_sliced_kernel(
     KEYS: tl.constexpr = BLOCK_N // SLICES  # a slice's keys per block
     HALF: tl.constexpr = BLOCK_D // 2
     b, kvh, split, row, start, end, heads, gm, d, dm0, dm1, q0, q1, seq_len = split_start(
-        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, GROUP, HEAD_DIM, NUM_SPLITS, BLOCK_G, HALF,
-        BLOCK_N, HAS_ORDER)
+        q_ptr, rows_ptr, seq_ptr, order_ptr, q_s0, q_s1, window, GROUP, HEAD_DIM, NUM_SPLITS,
+        BLOCK_G, HALF, BLOCK_N, HAS_ORDER)
     kv_end = keys_end(start, end, seq_len, ROPE)
     table = table_ptr + row * table_s0
     keys = tl.arange(0, SLICES)[:, None] * KEYS + tl.arange(0, KEYS)[None, :]  # [slice, key]

@@ -57,7 +57,7 @@ class BaseAttnBackend(ABC):
             raise ValueError(
                 f"attention backend {type(self).__name__} does not implement sliding-window "
                 f"attention, which this model's layers use (windows of {windows} tokens); "
-                "use --attn torch"
+                "use --attn triton (GPU) or torch"
             )
         if not self.reads_kv_dtype(cfg.kv_dtype):
             raise ValueError(

@@ -127,10 +127,15 @@ def _auto(device_type: str, cfg: AttnConfig | None = None,
     the best one installed. Over an FP8 KV cache Triton prefills faster (1.1-1.5x FlashInfer
     0.5.3's FA2 there), so Triton does both. FlashInfer is also passed over where its kernels
     would need an nvcc that is not there (a runtime image without flashinfer-jit-cache), rather
-    than fail at warm-up."""
+    than fail at warm-up. A model with sliding windows: Triton for both where installed (its
+    kernels skip the keys outside a window), else torch; FlashInfer implements no windows."""
     found = available_backends(device_type)
-    if cfg is not None and cfg.has_windows:  # the GPU backends have no sliding windows yet
-        return "torch", "torch", "the model has sliding-window layers"
+    if cfg is not None and cfg.has_windows:  # Triton and torch mask windows, FlashInfer does not
+        why = None
+        if "flashinfer" in found:
+            found.remove("flashinfer")
+            why = "the model has sliding-window layers, which FlashInfer does not implement"
+        return found[0], found[0], why
     kv_dtype = cfg.kv_dtype if cfg is not None else kv_dtype
     why = None
     if "flashinfer" in found:
@@ -159,8 +164,7 @@ def create_attn_backend(spec: str, cfg: AttnConfig) -> BaseAttnBackend:
     if spec == "auto":
         prefill, decode, why = _auto(cfg.device.type, cfg)
         if why:
-            logger.info("attention auto: %s prefill, not FlashInfer/Triton: %s" if prefill == "torch"
-                        else "attention auto: %s prefill, not FlashInfer: %s", prefill, why)
+            logger.info("attention auto: %s prefill, not FlashInfer: %s", prefill, why)
     else:
         prefill, decode = resolve_attn_spec(spec, cfg.device.type)
     if prefill == decode:

@@ -16,8 +16,13 @@ if TYPE_CHECKING:
 
 class HybridBackend(BaseAttnBackend):
     def __init__(self, prefill: BaseAttnBackend, decode: BaseAttnBackend) -> None:
+        self.prefill, self.decode = prefill, decode  # (before the base's check reads them)
         super().__init__(prefill.cfg)
-        self.prefill, self.decode = prefill, decode
+
+    @property
+    def supports_sliding_window(self) -> bool:  # type: ignore[override]
+        """A windowed model's layers run on both parts (a mixed batch's tail on the decode one)."""
+        return self.prefill.supports_sliding_window and self.decode.supports_sliding_window
 
     def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
         return True  # each part checked its own when it was built

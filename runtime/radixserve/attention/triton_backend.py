@@ -1,5 +1,8 @@
 """Attention with our own Triton kernels (`radixserve_kernels`): flash-decoding for decode
-batches, a paged causal kernel for prefill/extend; decode can be captured in CUDA graphs."""
+batches, a paged causal kernel for prefill/extend; decode can be captured in CUDA graphs.
+Sliding windows (`cfg.windows`): each layer's window goes to both kernels, which read only the
+key blocks a window can see; it is a per-layer constant, so a decode graph captures it as it
+captures the scale."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,6 +36,7 @@ class TritonBackend(BaseAttnBackend):
     # saves 0.03-0.04 at 1-32 requests, nothing at 64, and costs 0.05-0.08 at 128-256, where
     # each of the many programs pays for its new-token work (docs/benchmarks.md).
     ROPE_IN_DECODE_MAX_BS = 32
+    supports_sliding_window = True
 
     def __init__(self, cfg: AttnConfig) -> None:
         super().__init__(cfg)
@@ -89,6 +93,7 @@ class TritonBackend(BaseAttnBackend):
             q, pool.k_cache(layer_id), pool.v_cache(layer_id), cfg.page_table, md.req_rows,
             md.seq_lens, md.extend_lens, cfg.scale, md.qo_start, md.max_extend, out=out,
             k_scale=pool.k_scale(layer_id), v_scale=pool.v_scale(layer_id),
+            window=cfg.window(layer_id),
         )
 
     def fuses_rope(self, batch: Batch) -> bool:
@@ -110,6 +115,7 @@ class TritonBackend(BaseAttnBackend):
             q, pool.k_cache(layer_id), pool.v_cache(layer_id), cfg.page_table, md.req_rows,
             md.seq_lens, cfg.scale, num_splits=md.num_splits, out=out, order=md.order,
             k_scale=pool.k_scale(layer_id), v_scale=pool.v_scale(layer_id), new_kv=new,
+            window=cfg.window(layer_id),
         )
 
     # CUDA graphs: the captured kernels read request rows and lengths from the runner's static
