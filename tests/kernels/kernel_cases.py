@@ -593,6 +593,38 @@ def backend_case(dev: str, dtype: torch.dtype, page: int, prefix_lens: list[int]
     return cfg, batch, q, k, v
 
 
+# Batches for sliding-window layers (window 24 in the tests): (cached prefix lengths, new tokens)
+WINDOW_CASES = {
+    "prefix-hits-and-decode": ([700, 0, 40, 33, 5, 2], [40, 300, 1, 2, 1, 1]),
+    "long-prompt": ([0, 130], [1100, 1]),
+    "decode-only": ([0, 4, 1500, 33], [1, 1, 1, 1]),
+}
+
+
+def windowed_reference(cfg, batch, q: torch.Tensor, layer: int,
+                       window: int | None) -> torch.Tensor:
+    """float64 attention of each request's queries over its page-table row's keys, query i at
+    position prefix + i seeing keys j with prefix + i - window < j <= prefix + i."""
+    from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
+
+    pool, table = cfg.kv_pool, cfg.page_table
+    rep = q.shape[1] // cfg.num_kv_heads
+    outs, start = [], 0
+    for row, n, e in zip(batch.req_rows.tolist(), batch.seq_lens_cpu, batch.extend_lens_cpu):
+        slots = table[row, :n].long()
+        k = dequantize_kv_ref(gather_kv(pool.k_cache(layer), slots), pool.k_scale(layer)).double()
+        v = dequantize_kv_ref(gather_kv(pool.v_cache(layer), slots), pool.v_scale(layer)).double()
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        scores = torch.einsum("qhd,khd->hqk", q[start:start + e].double(), k) * cfg.scale
+        pos = (n - e + torch.arange(e, device=q.device))[:, None]
+        key = torch.arange(n, device=q.device)[None, :]
+        allowed = (key <= pos) & (key > pos - (window if window is not None else n + 1))
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        outs.append(torch.einsum("hqk,khd->qhd", probs, v))
+        start += e
+    return torch.cat(outs)
+
+
 def run_backend(backend, batch, q, k, v, layers: int = 2, kv_stored: bool = False) -> list[torch.Tensor]:
     """Each layer's output. `kv_stored`: k/v go into the pool first, as the fused rotary kernel
     stores them, and the backend gets None for them."""
