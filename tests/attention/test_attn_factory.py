@@ -3,6 +3,7 @@ where its kernels are prebuilt (flashinfer-jit-cache) or buildable (an nvcc Flas
 find); otherwise Triton prefills, with one INFO line saying why. Explicit names are untouched."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import types
@@ -193,6 +194,25 @@ def test_fp8_kv_cache_prefills_with_triton(machine, built, caplog) -> None:
     assert factory.resolve_attn_spec("flashinfer", "cuda", kv_dtype=fp8) == ("flashinfer", "flashinfer")
     machine.installed.discard("triton")  # FlashInfer is then still the fastest there is
     assert factory.resolve_attn_spec("auto", "cuda", kv_dtype=fp8) == ("flashinfer", "flashinfer")
+
+
+def test_windowed_model_runs_on_triton_never_flashinfer(machine, built, caplog) -> None:
+    """FlashInfer usable but without sliding windows: Triton prefills and decodes a windowed
+    model, with one line saying why; without Triton, torch does both."""
+    machine.installed.add("flashinfer_jit_cache")
+    cfg = dataclasses.replace(_cfg(), windows=(24, None))
+    with caplog.at_level(logging.INFO, logger=factory.__name__):
+        backend = factory.create_attn_backend("auto", cfg)
+    assert _names(backend) == ("triton", "triton") and built == ["triton"]
+    (line,) = [r for r in caplog.records if r.name == factory.__name__]
+    assert "triton prefill, not FlashInfer" in line.getMessage()
+    assert "sliding-window" in line.getMessage()
+    machine.installed.discard("triton")
+    prefill, decode, why = factory._auto("cuda", cfg)
+    assert (prefill, decode) == ("torch", "torch") and "sliding-window" in why
+    machine.installed.discard("flashinfer")
+    assert factory._auto("cuda", cfg) == ("torch", "torch", None)
+    assert factory._auto("cpu", cfg)[:2] == ("torch", "torch")
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 72])

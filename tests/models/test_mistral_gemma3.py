@@ -1,6 +1,7 @@
 """Mistral and Gemma 3 (text): full-sequence logits equal transformers' on tiny random checkpoints
 within the sliding window; a Mistral whose window covers the whole context is full attention; the
-models declare their windows per layer; backends without windows refuse such a model."""
+models declare their windows per layer; backends without windows refuse such a model, and a
+hybrid unless both its parts implement them."""
 
 from __future__ import annotations
 
@@ -84,21 +85,39 @@ def _cfg(windows: tuple[int | None, ...]) -> AttnConfig:
                       torch.float32, windows)
 
 
+class _Windows(_NoWindows):
+    supports_sliding_window = True
+
+
 def test_a_backend_without_windows_refuses_a_windowed_model():
-    with pytest.raises(ValueError, match=r"does not implement sliding-window attention.*\[24\].*--attn torch"):
+    with pytest.raises(ValueError,
+                       match=r"does not implement sliding-window attention.*\[24\].*--attn triton"):
         _NoWindows(_cfg((24, None, 24)))
     _NoWindows(_cfg(()))  # a model without windows is fine
     _NoWindows(_cfg((None, None)))
 
 
-def test_gpu_backends_claim_no_windows_and_auto_picks_torch_for_them():
-    from radixserve.attention.factory import _auto
+def test_a_hybrid_takes_windows_only_where_both_parts_do():
+    from radixserve.attention.hybrid import HybridBackend
+
+    cfg = _cfg((24, None))
+    assert HybridBackend(_Windows(cfg), _Windows(cfg)).supports_sliding_window
+    lacking = _Windows(cfg)
+    lacking.supports_sliding_window = False  # (a part that would have refused on its own)
+    for parts in ((_Windows(cfg), lacking), (lacking, _Windows(cfg))):
+        with pytest.raises(ValueError, match="does not implement sliding-window attention"):
+            HybridBackend(*parts)
+    plain = _cfg(())  # a model without windows: any parts
+    assert not HybridBackend(_NoWindows(plain), _Windows(plain)).supports_sliding_window
+
+
+def test_torch_and_triton_implement_windows_flashinfer_does_not():
     from radixserve.attention.flashinfer_backend import FlashInferBackend
+    from radixserve.attention.torch_backend import TorchBackend
     from radixserve.attention.triton_backend import TritonBackend
 
-    assert not TritonBackend.supports_sliding_window
+    assert TorchBackend.supports_sliding_window and TritonBackend.supports_sliding_window
     assert not FlashInferBackend.supports_sliding_window
-    assert _auto("cuda", _cfg((24, None)))[:2] == ("torch", "torch")
 
 
 @pytest.mark.parametrize("arch", WINDOWED_ARCHS)
