@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3_moe")
-# sliding-window architectures, tested on their own (their windows need the torch backend)
+# sliding-window architectures, tested on their own (their windows need the torch or Triton backend)
 WINDOWED_ARCHS = ("mistral", "gemma3")
 SLIDING_WINDOW = 24  # tokens: test prompts run past it
 

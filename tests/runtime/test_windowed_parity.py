@@ -1,7 +1,8 @@
 """Sliding-window models through the engine (torch backend): greedy tokens equal transformers'
 for Mistral and Gemma 3 with prompts and generations past the window, for both prefix caches, a
 page size, chunked prefill and TP=2; a warm radix cache gives the cold tokens (a cached prefix
-holds every layer's KV); a window as long as the context is full attention."""
+holds every layer's KV); a window as long as the context is full attention. The Triton backend
+too, its kernels in Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from radixserve import LLM, SamplingParams
 from radixserve.testing import SLIDING_WINDOW, WINDOWED_ARCHS, write_tiny_checkpoint
+from tests.kernels.kernel_cases import interpreter_only
 from tests.runtime.helpers import hf_greedy, random_prompts
 
 LENGTHS = [1, 7, SLIDING_WINDOW - 1, SLIDING_WINDOW, SLIDING_WINDOW + 1, 60, 130]
@@ -84,3 +86,22 @@ def test_window_as_long_as_the_context_is_full_attention(tmp_path):
     llm = LLM(str(path), **KW)
     assert llm.scheduler.engine.attn_cfg.windows == ()
     assert _tokens(llm, prompts) == hf_greedy(path, prompts, MAX_NEW)
+
+
+@interpreter_only
+@pytest.mark.parametrize("arch,head_dim", [("mistral", 16), ("gemma3", 32)])
+def test_triton_backend_gives_transformers_tokens(tmp_path, monkeypatch, arch, head_dim):
+    """The Triton backend's windowed kernels (in Triton's interpreter) through the engine, with
+    prompts and generations past the window: head_dim 32 takes the decode kernel that rotates
+    and stores the new token itself (Gemma 3's q/k norms too), 16 the rotary kernel's way."""
+    from radixserve.attention import factory
+
+    # the factory keeps Triton off CPU for serving; the interpreter runs its kernels there
+    monkeypatch.setattr(factory, "check_backend", lambda name, device_type: None)
+    path = write_tiny_checkpoint(arch, tmp_path / arch, head_dim=head_dim)
+    prompts = random_prompts(2, [SLIDING_WINDOW + 1, 40], 300, seed=6)
+    llm = LLM(str(path), attn="triton", cache="radix", page_size=4, **KW)
+    assert type(llm.scheduler.engine.attn_backend).__name__ == "TritonBackend"
+    sp = SamplingParams(max_tokens=8, ignore_eos=True)
+    assert [r.token_ids for r in llm.generate(prompts, sp)] == hf_greedy(path, prompts, 8)
+    llm.scheduler.check_integrity()
