@@ -636,3 +636,121 @@ def run_backend(backend, batch, q, k, v, layers: int = 2, kv_stored: bool = Fals
         new_kv = (None, None) if kv_stored else (k, v)
         outs.append(backend.forward(q, *new_kv, layer, batch))
     return outs
+
+
+# ---- sliding windows: the kernels against their references and dense windowed attention -------
+# (cached prefix lengths, new tokens): a prefix far longer than the window, a prompt of several
+# query blocks without one, a short extend whose window starts inside its prefix
+WINDOWED_EXTEND = ([700, 0, 37], [90, 130, 5])
+WINDOWED_DECODE = [0, 23, 24, 69, 299]  # cached keys before each request's new token
+
+
+def layer0_args(cfg, batch, q: torch.Tensor) -> tuple:
+    pool = cfg.kv_pool
+    return (q, pool.k_cache(0), pool.v_cache(0), cfg.page_table, batch.req_rows, batch.seq_lens)
+
+
+def _layer0_scales(cfg) -> dict[str, float]:
+    return {"k_scale": cfg.kv_pool.k_scale(0), "v_scale": cfg.kv_pool.v_scale(0)}
+
+
+def _poison_keys_before(cfg, batch, first: list[int]) -> None:
+    """NaN into layer 0's K and V of each request's keys before `first[i]`."""
+    pool = cfg.kv_pool
+    for row, n in zip(batch.req_rows.tolist(), first):
+        slots = cfg.page_table[row, :n].long()
+        pool.k_cache(0)[slots] = float("nan")
+        pool.v_cache(0)[slots] = float("nan")
+
+
+def _check_windowed_reference(cfg, batch, q: torch.Tensor, window: int,
+                              ref: torch.Tensor) -> None:
+    """The reference is dense windowed attention, and the window did cut keys."""
+    torch.testing.assert_close(ref.double(), windowed_reference(cfg, batch, q, 0, window),
+                               rtol=1e-5, atol=1e-5)
+    assert (ref.double() - windowed_reference(cfg, batch, q, 0, None)).abs().max() > 1e-2
+
+
+def _windowed_extend(cfg, batch, q: torch.Tensor, window: int, ref: bool = False) -> torch.Tensor:
+    from radixserve_kernels import extend_attention, extend_attention_ref
+
+    args = (*layer0_args(cfg, batch, q), batch.extend_lens, cfg.scale)
+    if ref:
+        return extend_attention_ref(*args, window=window, **_layer0_scales(cfg))
+    ext = batch.extend_lens
+    qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
+    return extend_attention(*args, qo_start, max(batch.extend_lens_cpu), window=window,
+                            **_layer0_scales(cfg))
+
+
+def check_windowed_extend(dev: str, page: int, window: int, heads: tuple[int, int], dim: int,
+                          kv_dtype: torch.dtype | None = None) -> None:
+    """float32 q over `WINDOWED_EXTEND`; the key loop starts at the block holding the first query
+    block's first key (blocks of 32 or 64 keys, so no key below a multiple of 128 under it is
+    read: NaN there changes nothing)."""
+    cfg, batch, q, *_ = backend_case(dev, torch.float32, page, *WINDOWED_EXTEND, heads, dim,
+                                     seed=page + window, kv_dtype=kv_dtype)
+    ref = _windowed_extend(cfg, batch, q, window, ref=True)
+    _check_windowed_reference(cfg, batch, q, window, ref)
+    got = _windowed_extend(cfg, batch, q, window)
+    close(got, ref, torch.float32, scale=_layer0_scales(cfg)["v_scale"])
+    first = [max(s - e - window + 1, 0) // 128 * 128
+             for s, e in zip(batch.seq_lens_cpu, batch.extend_lens_cpu)]
+    assert first[0] >= 512
+    _poison_keys_before(cfg, batch, first)
+    assert torch.equal(_windowed_extend(cfg, batch, q, window), got)
+
+
+def check_windowed_decode(dev: str, page: int, window: int, heads: tuple[int, int], dim: int,
+                          splits: list[int], shape: DecodeShape | None = None,
+                          kv_dtype: torch.dtype | None = None) -> None:
+    """float32 q over `WINDOWED_DECODE`: the splits divide the window's keys in whole key blocks,
+    so with several some get none (lse -inf, weight 0 in the merge); each split starts inside
+    the window, so no key before it is read (NaN there changes nothing)."""
+    from radixserve_kernels import decode_attention, decode_attention_ref
+
+    lens = WINDOWED_DECODE
+    cfg, batch, q, *_ = backend_case(dev, torch.float32, page, lens, [1] * len(lens), heads, dim,
+                                     seed=page + window, kv_dtype=kv_dtype)
+    scales = _layer0_scales(cfg)
+    ref = decode_attention_ref(*layer0_args(cfg, batch, q), cfg.scale, window=window, **scales)
+    _check_windowed_reference(cfg, batch, q, window, ref)
+    for s in splits:
+        got = decode_attention(*layer0_args(cfg, batch, q), cfg.scale, num_splits=s,
+                               shape=shape, window=window, **scales)
+        close(got, ref, torch.float32, scale=scales["v_scale"])
+    _poison_keys_before(cfg, batch, [max(n - window, 0) for n in batch.seq_lens_cpu])
+    assert torch.equal(decode_attention(*layer0_args(cfg, batch, q), cfg.scale, num_splits=s,
+                                        shape=shape, window=window, **scales), got)
+
+
+def check_windowed_decode_rope(dev: str, window: int, heads: tuple[int, int], dim: int,
+                               shape: DecodeShape | None = None) -> None:
+    """`NewTokenKV`: the kernel rotates q and the new key and stores k/v itself; the new token is
+    the window's last key, in the last of 3 splits that has keys."""
+    from radixserve_kernels import (
+        NewTokenKV,
+        RopeParams,
+        build_cos_sin_cache,
+        decode_attention,
+        decode_attention_ref,
+    )
+    from radixserve_kernels.decode_attention import rotate_new_token_ref
+
+    lens = WINDOWED_DECODE
+    cfg, batch, q, k, v = backend_case(dev, torch.float32, 4, lens, [1] * len(lens), heads, dim,
+                                       seed=7)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    new = NewTokenKV(k, v, batch.out_loc, RopeParams(build_cos_sin_cache(inv_freq, 512).to(dev)))
+    pool, rest = cfg.kv_pool, (cfg.page_table, batch.req_rows, batch.seq_lens, cfg.scale)
+    got_kv = [pool.k_cache(0).clone(), pool.v_cache(0).clone()]
+    got = decode_attention(q, *got_kv, *rest, num_splits=3, shape=shape, new_kv=new,
+                           window=window)
+    ref_kv = [pool.k_cache(0).clone(), pool.v_cache(0).clone()]
+    ref = decode_attention_ref(q, *ref_kv, *rest, new_kv=new, window=window)
+    # the truth: over the pool with the rotated new k/v stored
+    rotated = rotate_new_token_ref(q, pool.k_cache(0), pool.v_cache(0), batch.seq_lens, new)
+    _check_windowed_reference(cfg, batch, rotated, window, ref)
+    close(got, ref, torch.float32, scale=4)
+    for g, r in zip(got_kv, ref_kv):
+        close(g[batch.out_loc], r[batch.out_loc], torch.float32, scale=4)

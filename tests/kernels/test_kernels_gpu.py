@@ -1,5 +1,6 @@
 """Every Triton kernel against its torch reference on CUDA at realistic shapes (GQA 16/8 and
-32/8, head_dim 64/128, page sizes 1/16/64, batches up to 256, sequences up to 2k)."""
+32/8, head_dim 64/128, page sizes 1/16/64, batches up to 256, sequences up to 2k), the attention
+kernels with sliding windows too."""
 from __future__ import annotations
 
 import pytest
@@ -130,6 +131,20 @@ def test_decode_attention_rotates_and_stores_the_new_token(
         lens = [1500] if n == 1 else [1] + torch.randint(1, 2048, (n - 1,), generator=gen).tolist()
         kc.check_decode_rope("cuda", dtype, lens, heads, dim, splits=[None, 16],
                              kv_dtype=kv_dtype)
+
+
+@pytest.mark.parametrize("page", [1, 16])
+@pytest.mark.parametrize("heads,dim", [((16, 8), 128), ((32, 8), 64)])
+def test_windowed_attention(page: int, heads: tuple[int, int], dim: int) -> None:
+    """Sliding windows under and over a key block: extend, both decode kernels with splits the
+    window leaves empty, an FP8 cache and the fused new-token decode (float32 q)."""
+    for window in (24, 100):
+        kc.check_windowed_extend("cuda", page, window, heads, dim)
+        for shape in (None, DecodeShape(64, 3, 2, True)):
+            kc.check_windowed_decode("cuda", page, window, heads, dim, [1, 3, 16], shape)
+    kc.check_windowed_extend("cuda", page, 24, heads, dim, kv_dtype=FP8)
+    kc.check_windowed_decode("cuda", page, 24, heads, dim, [None, 3], kv_dtype=FP8)
+    kc.check_windowed_decode_rope("cuda", 24, heads, dim)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
