@@ -72,4 +72,3 @@ def extend_attention(
         BLOCK_D=block_d, PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
     )
     return out
-
