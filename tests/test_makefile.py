@@ -47,9 +47,12 @@ def test_without_cuda_the_cpu_index_comes_before_pypi() -> None:
 
 def test_fast_loop_leaves_the_slow_tiers_out() -> None:
     out = _dry_run("test-fast", VIRTUAL_ENV="/some/env")
-    marks = out.split("-m pytest -m ", 1)[1].split("\n", 1)[0]
+    line = next(x for x in out.splitlines() if "-m pytest" in x)
+    marks = line.split(' -m "', 1)[1].split('"', 1)[0]
     for tier in ("slow", "server", "gpu", "cluster", "node", "e2e"):
         assert f"not {tier}" in marks, marks
+    # on every core, one torch thread a worker
+    assert line.startswith("OMP_NUM_THREADS=1 ") and " -n auto " in line, line
 
 
 def test_lint_installs_ruff_where_missing() -> None:
