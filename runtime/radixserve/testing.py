@@ -13,6 +13,22 @@ ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3_moe")
 # sliding-window architectures, tested on their own (their windows need the torch or Triton backend)
 WINDOWED_ARCHS = ("mistral", "gemma3")
 SLIDING_WINDOW = 24  # tokens: test prompts run past it
+# multimodal checkpoints served text-only: arch -> (its text arch above, transformers' config and
+# model classes, a tiny vision tower)
+MULTIMODAL: dict[str, tuple[str, str, str, dict[str, Any]]] = {
+    "gemma3_vision": ("gemma3", "Gemma3Config", "Gemma3ForConditionalGeneration", {
+        "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14}),
+    "mistral3": ("mistral", "Mistral3Config", "Mistral3ForConditionalGeneration", {
+        "model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64, "head_dim": 16,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14}),
+}
+# the checkpoint layouts of a multimodal model: transformers 5's names and the Hub's (transformers 4.5x)
+MULTIMODAL_LAYOUTS = ("transformers5", "hub")
+_HUB_TO_TRANSFORMERS5 = (("language_model.model.", "model.language_model."),
+                         ("language_model.lm_head.", "lm_head."),
+                         ("vision_tower.", "model.vision_tower."),
+                         ("multi_modal_projector.", "model.multi_modal_projector."))
 
 SPECIAL_TOKENS = ("<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0..4
 EOS_IDS = (2, 4)  # <|endoftext|> and <|im_end|>
@@ -153,6 +169,67 @@ def write_tiny_checkpoint(
         path
     )
     return path
+
+
+def write_tiny_multimodal_checkpoint(
+    arch: str, path: str | Path, *, layout: str = "transformers5", seed: int = 0
+) -> Path:
+    """Write a tiny `arch` of `MULTIMODAL` (transformers' own class: a tiny vision tower and
+    projector, its language model the text arch's tiny random weights, float32) under the tensor
+    names of `layout` (`MULTIMODAL_LAYOUTS`), and return `path`."""
+    import transformers
+    from safetensors.torch import load_file
+    from transformers import GenerationConfig
+
+    text_arch, config_cls, model_cls, vision = MULTIMODAL[arch]
+    if layout not in MULTIMODAL_LAYOUTS:
+        raise ValueError(f"layout must be one of {MULTIMODAL_LAYOUTS}, got {layout!r}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(path, save_jinja_files=False)
+    text = {**_COMMON, **_ARCH_CONFIG[text_arch], "vocab_size": len(tokenizer)}
+    text.pop("architectures")
+    if text_arch == "gemma3":
+        text.pop("model_type")  # Gemma3Config builds its own Gemma3TextConfig
+    cfg = getattr(transformers, config_cls)(
+        text_config=text, vision_config=vision, image_token_index=len(tokenizer) - 1,
+        tie_word_embeddings=text["tie_word_embeddings"], dtype="float32", mm_tokens_per_image=4)
+    torch.manual_seed(seed)  # the vision tower's initialisation
+    model = getattr(transformers, model_cls)(cfg)
+    state = model.state_dict()
+    lm = random_hf_weights(cfg.text_config, seed)
+    for name, t in lm.items():
+        state["model.language_model." + name.removeprefix("model.") if name.startswith("model.")
+              else name] = t
+    if cfg.text_config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.language_model.embed_tokens.weight"]
+    model.load_state_dict(state)
+    model.save_pretrained(path)
+    tensors = {}
+    for file in path.glob("*.safetensors"):
+        tensors.update(load_file(str(file)))
+        file.unlink()
+    for index in path.glob("*.safetensors.index.json"):
+        index.unlink()
+    tensors = {_multimodal_name(k, layout): t for k, t in tensors.items()}
+    _save_safetensors(tensors, path / "model.safetensors")
+    GenerationConfig(bos_token_id=1, eos_token_id=list(EOS_IDS), pad_token_id=0).save_pretrained(
+        path
+    )
+    return path
+
+
+def _multimodal_name(name: str, layout: str) -> str:
+    for hub, new in _HUB_TO_TRANSFORMERS5:  # to transformers 5's names, whichever were saved
+        if name.startswith(hub):
+            name = new + name[len(hub):]
+            break
+    if layout == "hub":
+        for hub, new in _HUB_TO_TRANSFORMERS5:
+            if name.startswith(new):
+                return hub + name[len(new):]
+    return name
 
 
 def build_tokenizer() -> Any:

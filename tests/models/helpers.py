@@ -64,8 +64,10 @@ def our_logits(model: BaseCausalLM, ids: list[int]) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def hf_logits(model_dir: Path, ids: list[int]) -> torch.Tensor:
-    from transformers import AutoModelForCausalLM
+def hf_logits(model_dir: Path, ids: list[int],
+              model_class: str = "AutoModelForCausalLM") -> torch.Tensor:
+    """transformers' float32 logits (of `model_class`, a transformers class name)."""
+    import transformers
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = getattr(transformers, model_class).from_pretrained(model_dir, dtype=torch.float32).eval()
     return model(torch.tensor([ids])).logits[0].float()

@@ -20,12 +20,15 @@ def random_prompts(n: int, lengths: list[int], vocab: int, seed: int = 0) -> lis
 
 @torch.inference_mode()
 def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new: int,
-              dtype: torch.dtype = torch.float32, device: str = "cpu") -> list[list[int]]:
-    """transformers `generate`, one prompt at a time (no padding), EOS ignored (eos_token_id=None;
-    min_new_tokens would instead *ban* EOS ids and change the greedy choice)."""
-    from transformers import AutoModelForCausalLM
+              dtype: torch.dtype = torch.float32, device: str = "cpu",
+              model_class: str = "AutoModelForCausalLM") -> list[list[int]]:
+    """transformers `generate` (of `model_class`, a transformers class name), one prompt at a
+    time (no padding), EOS ignored (eos_token_id=None; min_new_tokens would instead *ban* EOS ids
+    and change the greedy choice)."""
+    import transformers
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    cls = getattr(transformers, model_class)
+    model = cls.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     outs = []
     for p in prompts:
         ids = torch.tensor([p], device=device)

@@ -303,7 +303,9 @@ def run_offline(args: argparse.Namespace) -> int:
     from radixserve.models.default_model import resolve_model_path
 
     path = resolve_model_path(eng.model)
-    vocab = AutoConfig.from_pretrained(path).vocab_size
+    from radixserve.models.hf_config import text_config
+
+    vocab = text_config(AutoConfig.from_pretrained(path)).vocab_size
     if args.repeat < 1:
         raise SystemExit(f"bench: --repeat must be at least 1, got {args.repeat}")
     if args.shared_prefix is not None:

@@ -82,6 +82,7 @@ def _model_shape(model: str | None) -> SimpleNamespace:
                                intermediate_size=value("feed_forward_length"),
                                max_position_embeddings=value("context_length"))
     from radixserve.models.default_model import resolve_model_path
+    from radixserve.models.hf_config import text_config
 
     try:
         path = Path(resolve_model_path(model)) / "config.json"
@@ -90,6 +91,9 @@ def _model_shape(model: str | None) -> SimpleNamespace:
         raise UsageError(f"--model {model}: {e}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise UsageError(f"--model {model}: config.json is not a JSON object")
+    text = text_config(data)
+    if text is not data and isinstance(text, dict):  # a multimodal checkpoint: its language model's
+        data = data | text | {k: data[k] for k in ("architectures", "quantization_config") if k in data}
     if "num_attention_heads" in data:  # transformers' default for a config that leaves it out
         data.setdefault("num_key_value_heads", data["num_attention_heads"])
     return SimpleNamespace(**data)

@@ -25,6 +25,7 @@ from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.sizing import kv_bytes_per_token
 from radixserve.models.decoder import DecoderModel
 from radixserve.models.default_model import resolve_model_path
+from radixserve.models.hf_config import text_config
 from radixserve.models.loader import load_model, resolve_dtype
 from radixserve.utils import kernel_path
 from radixserve_kernels import set_pdl
@@ -76,7 +77,7 @@ class Engine:
         self.model_path: Path = resolve_model_path(cfg.model)
         shape = AutoConfig.from_pretrained(self.model_path)
         self.dtype = resolve_dtype(cfg.dtype, shape, self.device)
-        self.max_seq_len = cfg.context_limit(int(shape.max_position_embeddings))  # before any load
+        self.max_seq_len = cfg.context_limit(int(text_config(shape).max_position_embeddings))  # before any load
         self.model, self.hf_config = load_model(
             self.model_path, self.dtype, self.device, load_format=cfg.load_format
         )

@@ -1,4 +1,5 @@
-"""Gemma 3 (text: `Gemma3ForCausalLM`, e.g. gemma-3-1b). On the shared decoder, with:
+"""Gemma 3 (text: `Gemma3ForCausalLM`, e.g. gemma-3-1b; the language model of the multimodal
+`Gemma3ForConditionalGeneration`, 4b-27b, served text-only: `multimodal.py`). On the shared decoder, with:
 interleaved local (sliding-window) and global layers (`layer_types`, else every
 `sliding_window_pattern`-th layer global), a RoPE per layer kind (local: `rope_local_base_freq`,
 unscaled), per-head q/k RMSNorms, RMSNorms that scale by (1 + weight), a norm after attention and
@@ -112,7 +113,7 @@ class Gemma3Model(DecoderModel):
         return x * torch.tensor(self.embed_scale, dtype=x.dtype)
 
 
-@MODELS.register("Gemma3ForCausalLM")
+@MODELS.register("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")  # multimodal.py
 class Gemma3ForCausalLM(DecoderForCausalLM):
     model_cls = Gemma3Model
 

@@ -25,11 +25,14 @@ def _generation_config(model_dir: Path) -> Any:
 
 def eos_token_ids(model_dir: str | Path) -> set[int]:
     """Every EOS id the model declares (Llama-3 Instruct, for one, lists several in its
-    generation config only)."""
+    generation config only; a multimodal config and its `text_config` may each list some)."""
     from transformers import AutoConfig
 
+    from radixserve.models.hf_config import text_config
+
     model_dir = Path(model_dir)
-    ids = _as_set(getattr(AutoConfig.from_pretrained(model_dir), "eos_token_id", None))
+    cfg = AutoConfig.from_pretrained(model_dir)
+    ids = set().union(*(_as_set(getattr(c, "eos_token_id", None)) for c in (cfg, text_config(cfg))))
     gen = _generation_config(model_dir)
     return ids | (_as_set(gen.eos_token_id) if gen is not None else set())
 

@@ -28,3 +28,12 @@ def check_supported(cfg: Any) -> None:
         raise ValueError(f"hidden_act={act!r} is not supported (only silu)")
     if getattr(cfg, "use_sliding_window", False):
         raise ValueError("use_sliding_window=True is not supported")
+
+
+def text_config(cfg: Any) -> Any:
+    """The language model's config: a multimodal checkpoint's `text_config` (Gemma 3, Mistral 3
+    ...ForConditionalGeneration), else `cfg` itself. A transformers config or config.json's dict
+    alike; every reader of text hyper-parameters (layers, heads, vocabulary, rope, windows,
+    context length) goes through it."""
+    inner = cfg.get("text_config") if isinstance(cfg, dict) else getattr(cfg, "text_config", None)
+    return inner or cfg

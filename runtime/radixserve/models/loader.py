@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from radixserve.models.fp8_weights import (
     keep_fp8_layers,
     read_scales,
 )
+from radixserve.models.hf_config import text_config
+from radixserve.models.multimodal import is_multimodal, language_model_name
 from radixserve.models.quantization import read_quantization
 from radixserve.models.weights import WeightNameMap
 from radixserve.utils.checkpoint_files import safetensors_files
@@ -35,14 +37,19 @@ def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torc
         if spec not in _DTYPES:
             raise ValueError(f"dtype must be auto|{'|'.join(_DTYPES)}, got {spec!r}")
         return _DTYPES[spec]
-    declared = getattr(hf_config, "dtype", None)
-    if declared is None and "dtype" not in dir(type(hf_config)):  # NOTE: transformers < 4.56 only;
-        declared = getattr(hf_config, "torch_dtype", None)  # newer ones warn when asked for it
+    declared = _declared_dtype(hf_config) or _declared_dtype(text_config(hf_config))
     if isinstance(declared, str):
         declared = _DTYPES.get(declared.removeprefix("torch."))
     if declared in (torch.float16, torch.bfloat16):
         return declared
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def _declared_dtype(cfg: Any) -> Any:
+    declared = getattr(cfg, "dtype", None)
+    if declared is None and "dtype" not in dir(type(cfg)):  # NOTE: transformers < 4.56 only;
+        declared = getattr(cfg, "torch_dtype", None)  # newer ones warn when asked for it
+    return declared
 
 
 @contextlib.contextmanager
@@ -55,16 +62,22 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
-def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, LazyWeight]]:
+def iter_safetensors(
+    model_dir: Path, rename: Callable[[str], str | None] | None = None
+) -> Iterator[tuple[str, LazyWeight]]:
     """(name, lazy tensor) for every tensor of the checkpoint: a layer's weight loader reads only
-    the block it keeps (its tensor-parallel shard) when it copies it."""
+    the block it keeps (its tensor-parallel shard) when it copies it. `rename` gives the model's
+    name of a checkpoint name, None for a tensor not to touch at all."""
     from safetensors import safe_open
 
     for path in safetensors_files(model_dir):
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 -- safe_open is not a dict
+                ours = name if rename is None else rename(name)
+                if ours is None:
+                    continue
                 sl = f.get_slice(name)
-                yield name, LazyWeight(sl, tuple(sl.get_shape()))
+                yield ours, LazyWeight(sl, tuple(sl.get_shape()))
 
 
 def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) -> BaseCausalLM:
@@ -72,7 +85,7 @@ def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) 
     no memory is touched twice), buffers such as rotary caches computed."""
     cls = get_model_class(hf_config)
     with torch.device("meta"), _default_dtype(dtype):
-        model = cls(hf_config)
+        model = cls(text_config(hf_config))  # a multimodal checkpoint: its language model
     model.to_empty(device=torch.device(device))
     for module in model.modules():
         if hasattr(module, "on_materialized"):
@@ -87,8 +100,9 @@ def load_model(
     *,
     load_format: str = "auto",
 ) -> tuple[BaseCausalLM, Any]:
-    """(model, transformers config). `load_format="dummy"` fills random weights of the right shapes
-    instead of reading the checkpoint (benchmarks, memory sizing)."""
+    """(model, the language model's transformers config: `text_config` of a multimodal one).
+    `load_format="dummy"` fills random weights of the right shapes instead of reading the
+    checkpoint (benchmarks, memory sizing)."""
     from transformers import AutoConfig
 
     model_dir = Path(model_dir)
@@ -97,18 +111,26 @@ def load_model(
         raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
     fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
     model = build_model(hf_config, dtype, device)
+    rename = None
+    if is_multimodal(hf_config):
+        rename = language_model_name
+        logger.info("%s: vision tower not loaded (text-only)", type(hf_config).__name__)
+
+    def checkpoint() -> Iterator[tuple[str, LazyWeight]]:
+        return iter_safetensors(model_dir, rename)
+
     if load_format == "dummy":
         _fill_dummy(model)
         if fp8 is not None and use_fp8_gemm(device, dtype):
             n = dummy_fp8_layers(model, fp8)
             logger.info("dummy FP8 weights (%s scales): %d linear layers", fp8.granularity, n)
     elif fp8 is None:
-        model.load_weights(iter_safetensors(model_dir))
+        model.load_weights(checkpoint())
     else:
-        scales = read_scales(iter_safetensors(model_dir))
+        scales = read_scales(checkpoint())
         names = getattr(model, "weight_names", WeightNameMap())
         kept = keep_fp8_layers(model, names, scales, fp8) if use_fp8_gemm(device, dtype) else set()
-        model.load_weights(fp8_weights(iter_safetensors(model_dir), scales, fp8, kept))
+        model.load_weights(fp8_weights(checkpoint(), scales, fp8, kept))
         logger.info("FP8 weights (%s, %s scales): %d linear weights stay FP8, the rest dequantized "
                     "to %s", fp8.method, fp8.granularity, len(kept), dtype)
     if fp8 is not None and torch.device(device).type == "cuda":
@@ -116,7 +138,7 @@ def load_model(
         # KV cache is sized from the driver's free memory, so hand them back first
         torch.cuda.empty_cache()
     logger.info("loaded %s (%s) on %s as %s", model_dir, type(model).__name__, device, dtype)
-    return model, hf_config
+    return model, text_config(hf_config)
 
 
 def use_fp8_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:

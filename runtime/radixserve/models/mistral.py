@@ -1,4 +1,5 @@
-"""Mistral (7B v0.1-v0.3, Nemo, Small): Llama's layers; v0.1 attends within a sliding window in
+"""Mistral (7B v0.1-v0.3, Nemo, Small; the language model of the multimodal
+`Mistral3ForConditionalGeneration`, Small 3.1/3.2, served text-only: `multimodal.py`): Llama's layers; v0.1 attends within a sliding window in
 every layer (`sliding_window`), later versions set it to null (full attention)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from radixserve.models.llama import LlamaForCausalLM
 from radixserve.models.registry import MODELS
 
 
-@MODELS.register("MistralForCausalLM")
+@MODELS.register("MistralForCausalLM", "Mistral3ForConditionalGeneration")  # multimodal.py
 class MistralForCausalLM(LlamaForCausalLM):
     def sliding_windows(self) -> tuple[int | None, ...]:
         window = getattr(self.hf_config, "sliding_window", None)

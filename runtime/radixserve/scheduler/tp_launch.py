@@ -20,7 +20,11 @@ logger = logging.getLogger(__name__)
 
 
 def validate_tp(tp: int, hf_config) -> None:
-    """Clear errors before any process starts."""
+    """Clear errors before any process starts. `hf_config`: a transformers config or
+    config.json's fields (a multimodal one's `text_config` is read)."""
+    from radixserve.models.hf_config import text_config
+
+    hf_config = text_config(hf_config)
     heads, kv = hf_config.num_attention_heads, hf_config.num_key_value_heads
     if heads % tp:
         raise ValueError(f"--tp {tp} must divide the model's {heads} attention heads")
