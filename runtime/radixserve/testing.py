@@ -192,6 +192,8 @@ def write_tiny_multimodal_checkpoint(
     text.pop("architectures")
     if text_arch == "gemma3":
         text.pop("model_type")  # Gemma3Config builds its own Gemma3TextConfig
+        # NOTE: null in the released checkpoints; transformers' multimodal class never applies it
+        text["final_logit_softcapping"] = None
     cfg = getattr(transformers, config_cls)(
         text_config=text, vision_config=vision, image_token_index=len(tokenizer) - 1,
         tie_word_embeddings=text["tie_word_embeddings"], dtype="float32", mm_tokens_per_image=4)

@@ -73,6 +73,39 @@ def test_config_mistakes_are_answered_without_torch_or_transformers(tmp_path, fl
     assert out["propagates"] and out["own_handlers"] == 0, out
 
 
+def test_a_multimodal_config_is_checked_against_its_text_config(tmp_path) -> None:
+    """Gemma 3 / Mistral 3 ...ForConditionalGeneration keep the language model's fields in
+    `text_config`: `--tp 3` against its 4 heads is answered without torch."""
+    d = tmp_path / "model"
+    d.mkdir()
+    text = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 2,
+            "vocab_size": 256, "max_position_embeddings": 512}
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+        "text_config": text, "vision_config": {"model_type": "pixtral", "hidden_size": 1024}}))
+    (d / "model.safetensors").write_bytes(b"")
+    out, err = _probe("serve", "--model", str(d), "--port", str(_free_port()), "--tp", "3")
+    assert out["rc"] == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--tp 3" in lines[0] and "4 attention heads" in lines[0], err
+    assert out["loaded"] == [], f"imported before answering: {out['loaded']}"
+
+
+@pytest.mark.parametrize("arch", ["gemma3_vision", "mistral3"])
+def test_a_multimodal_config_reads_as_transformers_text_config(tmp_path, arch) -> None:
+    from transformers import AutoConfig
+
+    from radixserve.cli.preflight import _model_shape
+    from radixserve.testing import write_tiny_multimodal_checkpoint
+
+    d = write_tiny_multimodal_checkpoint(arch, tmp_path / arch)
+    shape, want = _model_shape(str(d)), AutoConfig.from_pretrained(d)
+    for field in SHAPE_FIELDS:
+        assert getattr(shape, field) == getattr(want.text_config, field), field
+    assert shape.architectures == want.architectures
+
+
 def test_config_without_kv_heads_reads_as_transformers_does(tmp_path) -> None:
     from transformers import AutoConfig
 

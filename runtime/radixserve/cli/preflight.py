@@ -92,8 +92,9 @@ def _model_shape(model: str | None) -> SimpleNamespace:
     if not isinstance(data, dict):
         raise UsageError(f"--model {model}: config.json is not a JSON object")
     text = text_config(data)
-    if text is not data and isinstance(text, dict):  # a multimodal checkpoint: its language model's
-        data = data | text | {k: data[k] for k in ("architectures", "quantization_config") if k in data}
+    if text is not data and isinstance(text, dict):  # a multimodal checkpoint: its language model,
+        outer = {k: data[k] for k in ("architectures", "quantization_config") if k in data}
+        data = text | outer  # named as the checkpoint names it, quantized as it is
     if "num_attention_heads" in data:  # transformers' default for a config that leaves it out
         data.setdefault("num_key_value_heads", data["num_attention_heads"])
     return SimpleNamespace(**data)
