@@ -1,7 +1,7 @@
 """Multimodal checkpoints (Gemma 3 and Mistral 3 ...ForConditionalGeneration) load as their text
 model, built from `text_config`, in both checkpoint layouts (transformers 5's and the Hub's); the
 vision tower and projector are never read; any other unknown tensor is still reported, and a
-missing language-model tensor still fails. Parity with transformers: tests/runtime/
+missing language-model tensor still fails; an FP8 checkpoint takes the same path. Parity with transformers: tests/runtime/
 test_multimodal_parity.py."""
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from radixserve.testing import (
     SLIDING_WINDOW,
     write_tiny_multimodal_checkpoint,
 )
+from tests.models.fp8_checkpoints import write_fp8_checkpoint
+from tests.models.helpers import hf_logits, our_logits
+from tests.runtime.helpers import random_prompts
 
 CASES = [(a, layout) for a in MULTIMODAL for layout in MULTIMODAL_LAYOUTS]
 
@@ -104,3 +107,17 @@ def test_a_missing_language_model_tensor_fails(ckpts, layout, tmp_path):
     del tensors[gone]
     with pytest.raises(ValueError, match=r"missing 1 weight\(s\): model\.layers\.1\.mlp\.down_proj"):
         load_model(_copy_with(src, tmp_path / "missing", tensors), torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("fmt", ["block", "channel"])
+def test_fp8_checkpoint_loads_its_language_model(ckpts, fmt, tmp_path):
+    """The FP8 path reads scales under the same names: logits equal transformers' on the
+    dequantized weights (vision linears are quantized too, and never read)."""
+    src = ckpts["mistral3", "hub"]
+    path = write_fp8_checkpoint(src, tmp_path / fmt, fmt, ref=tmp_path / "ref")
+    assert any(k.startswith("language_model.") and "scale" in k for k in _tensors(path))
+    ids = random_prompts(1, [SLIDING_WINDOW], 300, seed=4)[0]  # the dense reference: no window
+    model, _ = load_model(path, torch.float32, "cpu")
+    torch.testing.assert_close(our_logits(model, ids),
+                               hf_logits(tmp_path / "ref", ids, model_class=MULTIMODAL["mistral3"][2]),
+                               atol=1e-4, rtol=0)
