@@ -122,6 +122,20 @@ def test_checkpoint_scales_each_convention_and_default(tmp_path: Path, caplog) -
     assert "no scale for 3 of 4" in caplog.text
 
 
+def test_a_multimodal_checkpoint_s_scales_are_its_language_model_s(tmp_path: Path) -> None:
+    from radixserve.models.multimodal import language_model_name
+
+    path = _write(tmp_path / "mm", {
+        "language_model.model.layers.0.self_attn.k_scale": torch.tensor(0.25),
+        "language_model.model.layers.0.self_attn.v_scale": torch.tensor(0.5),
+        # a quantized vision tower's layer 0: not the language model's
+        "vision_tower.vision_model.encoder.layers.0.self_attn.k_scale": torch.tensor(4.0),
+    })
+    scales = checkpoint_kv_scales(path, 1, language_model_name)
+    assert scales.k == (0.25,) and scales.v == (0.5,)
+    assert checkpoint_kv_scales(path, 1).k != (0.25,)  # without the renaming the vision one counts
+
+
 def test_checkpoint_scales_must_be_per_tensor_and_positive(tmp_path: Path) -> None:
     per_head = _write(tmp_path / "per_head", {"model.layers.0.self_attn.k_scale": torch.ones(8)})
     with pytest.raises(ValueError, match="per-tensor"):

@@ -121,3 +121,21 @@ def test_fp8_checkpoint_loads_its_language_model(ckpts, fmt, tmp_path):
     torch.testing.assert_close(our_logits(model, ids),
                                hf_logits(tmp_path / "ref", ids, model_class=MULTIMODAL["mistral3"][2]),
                                atol=1e-4, rtol=0)
+
+
+def test_eos_ids_and_dtype_come_from_text_config_where_the_outer_config_has_none(ckpts, tmp_path):
+    from types import SimpleNamespace
+
+    from radixserve.models.generation import eos_token_ids
+    from radixserve.models.loader import resolve_dtype
+
+    src = ckpts["gemma3_vision", "hub"]
+    bare = _copy_with(src, tmp_path / "bare", _tensors(src))
+    (bare / "generation_config.json").unlink()
+    cfg = json.loads((bare / "config.json").read_text())
+    assert "eos_token_id" not in cfg and cfg["text_config"]["eos_token_id"] == 2
+    assert eos_token_ids(bare) == {2}
+    outer = SimpleNamespace(text_config=SimpleNamespace(dtype="bfloat16"))
+    assert resolve_dtype("auto", outer, "cpu") == torch.bfloat16
+    outer.dtype = "float16"  # the outer config's, where it names one
+    assert resolve_dtype("auto", outer, "cpu") == torch.float16

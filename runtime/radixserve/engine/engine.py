@@ -27,6 +27,7 @@ from radixserve.models.decoder import DecoderModel
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.hf_config import text_config
 from radixserve.models.loader import load_model, resolve_dtype
+from radixserve.models.multimodal import checkpoint_names
 from radixserve.utils import kernel_path
 from radixserve_kernels import set_pdl
 
@@ -76,6 +77,7 @@ class Engine:
         t0 = time.perf_counter()
         self.model_path: Path = resolve_model_path(cfg.model)
         shape = AutoConfig.from_pretrained(self.model_path)
+        self._checkpoint_names = checkpoint_names(shape)
         self.dtype = resolve_dtype(cfg.dtype, shape, self.device)
         self.max_seq_len = cfg.context_limit(int(text_config(shape).max_position_embeddings))  # before any load
         self.model, self.hf_config = load_model(
@@ -161,7 +163,7 @@ class Engine:
             return KVScales.default(num_layers, "not an FP8 cache")
         if self.cfg.load_format == "dummy":
             return KVScales.default(num_layers, "random weights have no k_scale/v_scale")
-        return checkpoint_kv_scales(self.model_path, num_layers)
+        return checkpoint_kv_scales(self.model_path, num_layers, self._checkpoint_names)
 
     def _make_graph_runner(self, max_bs: int | None, max_running: int) -> CudaGraphRunner | None:
         supports = self.attn_backend.supports_cuda_graph

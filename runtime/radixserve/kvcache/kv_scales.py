@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -64,9 +65,11 @@ def _scalar(name: str, tensor) -> float:
     return value
 
 
-def checkpoint_kv_scales(model_dir: Path, num_layers: int) -> KVScales:
+def checkpoint_kv_scales(model_dir: Path, num_layers: int,
+                         rename: Callable[[str], str | None] | None = None) -> KVScales:
     """The checkpoint's scales (a layer missing one gets the default, with a warning); the
-    default everywhere when it has none. Reads only the scale tensors."""
+    default everywhere when it has none. Reads only the scale tensors. `rename`: the model's name
+    of a checkpoint name, None for a tensor that is not the model's (a vision tower's)."""
     from safetensors import safe_open
 
     from radixserve.utils.checkpoint_files import safetensors_files
@@ -75,7 +78,8 @@ def checkpoint_kv_scales(model_dir: Path, num_layers: int) -> KVScales:
     for path in safetensors_files(model_dir):
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 -- safe_open is not a dict
-                hit = match_scale_name(name)
+                ours = name if rename is None else rename(name)
+                hit = None if ours is None else match_scale_name(ours)
                 if hit is None or hit[0] >= num_layers:
                     continue
                 layer, which = hit

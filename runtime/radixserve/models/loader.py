@@ -21,7 +21,7 @@ from radixserve.models.fp8_weights import (
     read_scales,
 )
 from radixserve.models.hf_config import text_config
-from radixserve.models.multimodal import is_multimodal, language_model_name
+from radixserve.models.multimodal import checkpoint_names
 from radixserve.models.quantization import read_quantization
 from radixserve.models.weights import WeightNameMap
 from radixserve.utils.checkpoint_files import safetensors_files
@@ -111,9 +111,8 @@ def load_model(
         raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
     fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
     model = build_model(hf_config, dtype, device)
-    rename = None
-    if is_multimodal(hf_config):
-        rename = language_model_name
+    rename = checkpoint_names(hf_config)
+    if rename is not None:
         logger.info("%s: vision tower not loaded (text-only)", type(hf_config).__name__)
 
     def checkpoint() -> Iterator[tuple[str, LazyWeight]]:

@@ -10,6 +10,7 @@ saved by transformers 4.5x (`language_model.model.*`, `language_model.lm_head.*`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from radixserve.models.hf_config import text_config
@@ -26,6 +27,12 @@ VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "visio
 
 def is_multimodal(cfg: Any) -> bool:
     return text_config(cfg) is not cfg
+
+
+def checkpoint_names(cfg: Any) -> Callable[[str], str | None] | None:
+    """How the loader renames the checkpoint's tensors for the model built from `cfg`: None for
+    a text model (its names are the model's)."""
+    return language_model_name if is_multimodal(cfg) else None
 
 
 def language_model_name(name: str) -> str | None:
