@@ -301,10 +301,9 @@ def run_offline(args: argparse.Namespace) -> int:
     from transformers import AutoConfig
 
     from radixserve.models.default_model import resolve_model_path
-
-    path = resolve_model_path(eng.model)
     from radixserve.models.hf_config import text_config
 
+    path = resolve_model_path(eng.model)
     vocab = text_config(AutoConfig.from_pretrained(path)).vocab_size
     if args.repeat < 1:
         raise SystemExit(f"bench: --repeat must be at least 1, got {args.repeat}")

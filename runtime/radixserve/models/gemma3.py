@@ -1,6 +1,6 @@
 """Gemma 3 (text: `Gemma3ForCausalLM`, e.g. gemma-3-1b; the language model of the multimodal
-`Gemma3ForConditionalGeneration`, 4b-27b, served text-only: `multimodal.py`). On the shared decoder, with:
-interleaved local (sliding-window) and global layers (`layer_types`, else every
+`Gemma3ForConditionalGeneration`, 4b-27b, served text-only: `multimodal.py`). On the shared
+decoder, with: interleaved local (sliding-window) and global layers (`layer_types`, else every
 `sliding_window_pattern`-th layer global), a RoPE per layer kind (local: `rope_local_base_freq`,
 unscaled), per-head q/k RMSNorms, RMSNorms that scale by (1 + weight), a norm after attention and
 around the MLP, GELU-tanh, embeddings scaled by sqrt(hidden), attention scaled by

@@ -1,6 +1,7 @@
 """Mistral (7B v0.1-v0.3, Nemo, Small; the language model of the multimodal
-`Mistral3ForConditionalGeneration`, Small 3.1/3.2, served text-only: `multimodal.py`): Llama's layers; v0.1 attends within a sliding window in
-every layer (`sliding_window`), later versions set it to null (full attention)."""
+`Mistral3ForConditionalGeneration`, Small 3.1/3.2, served text-only: `multimodal.py`): Llama's
+layers; v0.1 attends within a sliding window in every layer (`sliding_window`), later versions set
+it to null (full attention)."""
 
 from __future__ import annotations
 
