@@ -7,17 +7,22 @@ from pathlib import Path
 import torch
 
 from radixserve.bench.workload import BenchRequest
+from radixserve.models.multimodal import is_multimodal
 
 
 def load_hf_model(model_path: Path, dtype: torch.dtype, device: torch.device, dummy: bool):
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """transformers' model of the checkpoint: its causal LM, or for a multimodal checkpoint
+    (served text-only here) its image-text-to-text class, vision tower included, as its users
+    would run it."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
+    cfg = AutoConfig.from_pretrained(model_path)
+    auto = AutoModelForImageTextToText if is_multimodal(cfg) else AutoModelForCausalLM
     if dummy:
-        cfg = AutoConfig.from_pretrained(model_path)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            model = auto.from_config(cfg, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+        model = auto.from_pretrained(model_path, dtype=dtype).to(device)
     return model.eval()
 
 
