@@ -79,3 +79,20 @@ def test_llm_chat_template_replaces_the_checkpoints(tiny_ckpts, tmp_path) -> Non
     assert llm.tokenizer.decode(llm.encode("hi", chat=True)) == "USER: hiASSISTANT:"
     with pytest.raises(ValueError, match="neither a file nor a Jinja template"):
         LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu", chat_template="plain.jinja")
+
+
+def test_a_processors_template_serves_where_the_tokenizer_has_none(tmp_path) -> None:
+    """Multimodal checkpoints may keep their template only in the processor's
+    chat_template.json, which transformers' tokenizer does not read."""
+    from radixserve.tokenizer.load import load_tokenizer
+
+    tok = build_tokenizer()
+    tok.chat_template = None
+    tok.save_pretrained(tmp_path)
+    assert load_tokenizer(str(tmp_path)).chat_template is None
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    got = load_tokenizer(str(tmp_path))
+    assert got.chat_template == TEMPLATE
+    ids = TokenizeManager(got).tokenize(TokenizeMsg(1, SamplingParams(), chat=CHAT))
+    assert got.decode(ids) == "<|im_start|>user\nhi<|im_end|><|im_start|>assistant"
+    assert load_tokenizer(str(tmp_path), chat_template="{{ 'x' }}").chat_template == "{{ 'x' }}"

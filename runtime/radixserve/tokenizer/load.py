@@ -2,6 +2,7 @@
 checkpoint's (vLLM's and SGLang's `--chat-template`)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,18 @@ def read_chat_template(value: str) -> str:
     return text
 
 
+PROCESSOR_TEMPLATE = "chat_template.json"  # a multimodal checkpoint's processor's template
+
+
 def load_tokenizer(model_path: str, chat_template: str | None = None) -> Any:
-    """The checkpoint's tokenizer; `chat_template` (a template's text) replaces its own."""
+    """The checkpoint's tokenizer; `chat_template` (a template's text) replaces its own. Where
+    the tokenizer has none, the processor's (`chat_template.json`, which multimodal checkpoints
+    carry and transformers' tokenizer does not read) is used."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
+    elif tokenizer.chat_template is None and (Path(model_path) / PROCESSOR_TEMPLATE).is_file():
+        tokenizer.chat_template = json.loads((Path(model_path) / PROCESSOR_TEMPLATE).read_text())["chat_template"]
     return tokenizer
