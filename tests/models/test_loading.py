@@ -153,3 +153,38 @@ def test_eos_ids_join_config_and_generation_config(tiny, tmp_path):
     ckpt = _copy(tiny["qwen3"], tmp_path / "ckpt")
     (ckpt / "generation_config.json").unlink()
     assert eos_token_ids(ckpt) == {2}
+
+
+def _set_config(ckpt: Path, **fields) -> None:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**cfg, **fields}))
+
+
+def test_a_head_of_its_own_is_used_where_the_config_says_tie(tiny, tmp_path):
+    """transformers 5 ties the LM head only where the checkpoint has none of its own."""
+    ckpt = _copy(tiny["llama3"], tmp_path / "own-head")  # untied: it carries lm_head.weight
+    _set_config(ckpt, tie_word_embeddings=True)
+    model, cfg = load_model(ckpt, torch.float32, "cpu")
+    assert not cfg.tie_word_embeddings
+    with safe_open(ckpt / "model.safetensors", "pt") as f:
+        head, embed = f.get_tensor("lm_head.weight"), f.get_tensor("model.embed_tokens.weight")
+    assert not torch.equal(head, embed)  # tying would change the logits
+    torch.testing.assert_close(model.lm_head.weight, head, atol=0, rtol=0)
+    torch.testing.assert_close(our_logits(model, IDS), hf_logits(ckpt, IDS), atol=1e-4, rtol=1e-4)
+
+
+def test_a_multimodal_outer_tie_covers_a_checkpoint_without_a_head(tmp_path):
+    """Mistral 3 saved with transformers 5's outer `tie_word_embeddings` (True) and no lm_head:
+    the head is the embedding, though `text_config` says untied."""
+    from radixserve.testing import write_tiny_multimodal_checkpoint
+
+    ckpt = write_tiny_multimodal_checkpoint("mistral3", tmp_path / "mm")
+    _drop_tensor(ckpt, "lm_head.weight")
+    _set_config(ckpt, tie_word_embeddings=True)
+    assert not json.loads((ckpt / "config.json").read_text())["text_config"]["tie_word_embeddings"]
+    model, cfg = load_model(ckpt, torch.float32, "cpu")
+    assert cfg.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = IDS[:20]  # within the sliding window: the dense test backend has none
+    torch.testing.assert_close(our_logits(model, ids), hf_logits(ckpt, ids, "AutoModelForImageTextToText"),
+                               atol=1e-4, rtol=1e-4)

@@ -20,13 +20,14 @@ from radixserve.models.fp8_weights import (
     keep_fp8_layers,
     read_scales,
 )
-from radixserve.models.hf_config import text_config
+from radixserve.models.hf_config import text_config, tie_word_embeddings
 from radixserve.models.multimodal import checkpoint_names
 from radixserve.models.quantization import read_quantization
 from radixserve.models.weights import WeightNameMap
 from radixserve.utils.checkpoint_files import safetensors_files
 
 logger = logging.getLogger(__name__)
+LM_HEAD = "lm_head.weight"
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -60,6 +61,26 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(old)
+
+
+def _tie_as_transformers(hf_config: Any, model_dir: Path,
+                         rename: Callable[[str], str | None] | None) -> None:
+    """Set the language model's `tie_word_embeddings` as transformers 5 ties when it loads: the
+    LM head is the embedding where a config says so (a multimodal checkpoint's outer one or its
+    `text_config`) and the checkpoint has no `lm_head.weight` of its own; one it has is used."""
+    from safetensors import safe_open
+
+    text = text_config(hf_config)
+    if not (tie_word_embeddings(hf_config) or tie_word_embeddings(text)):
+        return
+    own = False
+    for path in safetensors_files(model_dir):
+        with safe_open(str(path), framework="pt", device="cpu") as f:  # reads the header only
+            names = f.keys()
+            own = own or any((n if rename is None else rename(n)) == LM_HEAD for n in names)
+    if own:
+        logger.info("the checkpoint has its own %s: the LM head is not tied to the embedding", LM_HEAD)
+    text.tie_word_embeddings = not own
 
 
 def iter_safetensors(
@@ -110,8 +131,10 @@ def load_model(
     if load_format not in ("auto", "dummy"):
         raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
     fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
-    model = build_model(hf_config, dtype, device)
     rename = checkpoint_names(hf_config)
+    if load_format != "dummy":
+        _tie_as_transformers(hf_config, model_dir, rename)
+    model = build_model(hf_config, dtype, device)
     if rename is not None:
         logger.info("%s: vision tower not loaded (text-only)", type(hf_config).__name__)
 
