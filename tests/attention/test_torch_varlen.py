@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.kernels.kernel_cases import backend_case, run_backend
+from tests.kernels.kernel_cases import backend_case, run_backend, windowed_reference
 
 from radixserve.attention.torch_backend import Q_TILE, TorchBackend
-from radixserve_kernels.kv_quant import dequantize_kv_ref, gather_kv
 
 STREAMS = [150, 171, 160, 163, 158, 149, 166, 155]  # eight running requests' cached lengths
 
@@ -29,21 +28,7 @@ CASES = {
 def dense_reference(cfg, batch, q: torch.Tensor, layer: int) -> torch.Tensor:
     """Each request's queries over the keys its page-table row holds, query i at position
     prefix + i seeing keys 0..prefix + i; float64, GQA by repeating KV heads."""
-    pool, table = cfg.kv_pool, cfg.page_table
-    rep = q.shape[1] // cfg.num_kv_heads
-    outs, start = [], 0
-    for row, n, e in zip(batch.req_rows.tolist(), batch.seq_lens_cpu, batch.extend_lens_cpu):
-        slots = table[row, :n].long()
-        k = dequantize_kv_ref(gather_kv(pool.k_cache(layer), slots), pool.k_scale(layer)).double()
-        v = dequantize_kv_ref(gather_kv(pool.v_cache(layer), slots), pool.v_scale(layer)).double()
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        qi = q[start:start + e].double()
-        scores = torch.einsum("qhd,khd->hqk", qi, k) * cfg.scale
-        allowed = torch.arange(n)[None, :] <= (n - e + torch.arange(e))[:, None]
-        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-        outs.append(torch.einsum("hqk,khd->qhd", probs, v))
-        start += e
-    return torch.cat(outs)
+    return windowed_reference(cfg, batch, q, layer, None)
 
 
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
