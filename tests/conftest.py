@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(no_pods)
         elif "e2e" in item.keywords and not has_kind:
             item.add_marker(no_kind)
+
+
+@pytest.fixture(scope="session")
+def multimodal_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    """A tiny checkpoint of every multimodal architecture in every layout (`MULTIMODAL_CASES`)."""
+    from radixserve.testing import MULTIMODAL_CASES, write_tiny_multimodal_checkpoint
+
+    root = tmp_path_factory.mktemp("multimodal")
+    return {(a, layout): write_tiny_multimodal_checkpoint(a, root / f"{a}-{layout}", layout=layout)
+            for a, layout in MULTIMODAL_CASES}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -25,6 +25,7 @@ MULTIMODAL: dict[str, tuple[str, str, str, dict[str, Any]]] = {
 }
 # the checkpoint layouts of a multimodal model: transformers 5's names and the Hub's (transformers 4.5x)
 MULTIMODAL_LAYOUTS = ("transformers5", "hub")
+MULTIMODAL_CASES = tuple((arch, layout) for arch in MULTIMODAL for layout in MULTIMODAL_LAYOUTS)
 _HUB_TO_TRANSFORMERS5 = (("language_model.model.", "model.language_model."),
                          ("language_model.lm_head.", "lm_head."),
                          ("vision_tower.", "model.vision_tower."),

@@ -19,22 +19,13 @@ from radixserve.models.loader import load_model
 from radixserve.models.multimodal import VISION_PREFIXES
 from radixserve.testing import (
     MULTIMODAL,
+    MULTIMODAL_CASES,
     MULTIMODAL_LAYOUTS,
     SLIDING_WINDOW,
-    write_tiny_multimodal_checkpoint,
 )
 from tests.models.fp8_checkpoints import write_fp8_checkpoint
 from tests.models.helpers import hf_logits, our_logits
 from tests.runtime.helpers import random_prompts
-
-CASES = [(a, layout) for a in MULTIMODAL for layout in MULTIMODAL_LAYOUTS]
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
-    root = tmp_path_factory.mktemp("multimodal")
-    return {(a, layout): write_tiny_multimodal_checkpoint(a, root / f"{a}-{layout}", layout=layout)
-            for a, layout in CASES}
 
 
 def _tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -50,9 +41,9 @@ def _copy_with(src: Path, dst: Path, tensors: dict[str, torch.Tensor]) -> Path:
     return dst
 
 
-@pytest.mark.parametrize(("arch", "layout"), CASES)
-def test_the_text_model_is_built_from_text_config(ckpts, arch, layout):
-    path = ckpts[arch, layout]
+@pytest.mark.parametrize(("arch", "layout"), MULTIMODAL_CASES)
+def test_the_text_model_is_built_from_text_config(multimodal_ckpts, arch, layout):
+    path = multimodal_ckpts[arch, layout]
     text = json.loads((path / "config.json").read_text())["text_config"]
     model, cfg = load_model(path, torch.float32, "cpu")
     assert type(model).__name__ == {"gemma3_vision": "Gemma3ForCausalLM",
@@ -64,15 +55,15 @@ def test_the_text_model_is_built_from_text_config(ckpts, arch, layout):
 
 
 @pytest.mark.parametrize("layout", MULTIMODAL_LAYOUTS)
-def test_tied_lm_head_is_the_embedding(ckpts, layout):
-    model, cfg = load_model(ckpts["gemma3_vision", layout], torch.float32, "cpu")
+def test_tied_lm_head_is_the_embedding(multimodal_ckpts, layout):
+    model, cfg = load_model(multimodal_ckpts["gemma3_vision", layout], torch.float32, "cpu")
     assert cfg.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
-@pytest.mark.parametrize(("arch", "layout"), CASES)
-def test_only_language_model_tensors_are_read(ckpts, arch, layout, monkeypatch, caplog):
-    path = ckpts[arch, layout]
+@pytest.mark.parametrize(("arch", "layout"), MULTIMODAL_CASES)
+def test_only_language_model_tensors_are_read(multimodal_ckpts, arch, layout, monkeypatch, caplog):
+    path = multimodal_ckpts[arch, layout]
     tensors = _tensors(path)
     vision = {k for k in tensors if k.startswith(VISION_PREFIXES)}
     assert vision and len(vision) < len(tensors)
@@ -89,8 +80,8 @@ def test_only_language_model_tensors_are_read(ckpts, arch, layout, monkeypatch, 
 
 
 @pytest.mark.parametrize("layout", MULTIMODAL_LAYOUTS)
-def test_an_unknown_tensor_is_still_reported(ckpts, layout, tmp_path, caplog):
-    src = ckpts["mistral3", layout]
+def test_an_unknown_tensor_is_still_reported(multimodal_ckpts, layout, tmp_path, caplog):
+    src = multimodal_ckpts["mistral3", layout]
     tensors = _tensors(src)
     vision = next(k for k in tensors if k.startswith(VISION_PREFIXES))
     tensors["visual_encoder." + vision.split(".", 1)[1]] = tensors.pop(vision)
@@ -100,8 +91,8 @@ def test_an_unknown_tensor_is_still_reported(ckpts, layout, tmp_path, caplog):
 
 
 @pytest.mark.parametrize("layout", MULTIMODAL_LAYOUTS)
-def test_a_missing_language_model_tensor_fails(ckpts, layout, tmp_path):
-    src = ckpts["gemma3_vision", layout]
+def test_a_missing_language_model_tensor_fails(multimodal_ckpts, layout, tmp_path):
+    src = multimodal_ckpts["gemma3_vision", layout]
     tensors = _tensors(src)
     gone = next(k for k in tensors if k.endswith("layers.1.mlp.down_proj.weight"))
     del tensors[gone]
@@ -110,10 +101,10 @@ def test_a_missing_language_model_tensor_fails(ckpts, layout, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["block", "channel"])
-def test_fp8_checkpoint_loads_its_language_model(ckpts, fmt, tmp_path):
+def test_fp8_checkpoint_loads_its_language_model(multimodal_ckpts, fmt, tmp_path):
     """The FP8 path reads scales under the same names: logits equal transformers' on the
     dequantized weights (vision linears are quantized too, and never read)."""
-    src = ckpts["mistral3", "hub"]
+    src = multimodal_ckpts["mistral3", "hub"]
     path = write_fp8_checkpoint(src, tmp_path / fmt, fmt, ref=tmp_path / "ref")
     assert any(k.startswith("language_model.") and "scale" in k for k in _tensors(path))
     ids = random_prompts(1, [SLIDING_WINDOW], 300, seed=4)[0]  # the dense reference: no window
@@ -123,13 +114,13 @@ def test_fp8_checkpoint_loads_its_language_model(ckpts, fmt, tmp_path):
                                atol=1e-4, rtol=0)
 
 
-def test_eos_ids_and_dtype_come_from_text_config_where_the_outer_config_has_none(ckpts, tmp_path):
+def test_eos_ids_and_dtype_come_from_text_config_where_the_outer_config_has_none(multimodal_ckpts, tmp_path):
     from types import SimpleNamespace
 
     from radixserve.models.generation import eos_token_ids
     from radixserve.models.loader import resolve_dtype
 
-    src = ckpts["gemma3_vision", "hub"]
+    src = multimodal_ckpts["gemma3_vision", "hub"]
     bare = _copy_with(src, tmp_path / "bare", _tensors(src))
     (bare / "generation_config.json").unlink()
     cfg = json.loads((bare / "config.json").read_text())

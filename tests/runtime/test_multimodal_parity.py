@@ -5,17 +5,14 @@ match within 1e-4; TP=2 gives the same tokens."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from radixserve import LLM, SamplingParams
 from radixserve.testing import (
     MULTIMODAL,
-    MULTIMODAL_LAYOUTS,
+    MULTIMODAL_CASES,
     SLIDING_WINDOW,
-    write_tiny_multimodal_checkpoint,
 )
 from tests.models.helpers import hf_logits
 from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
@@ -24,14 +21,6 @@ LENGTHS = [7, SLIDING_WINDOW + 1, 70]
 MAX_NEW = 10
 SP = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
 KW = {"dtype": "float32", "device": "cpu", "max_running_requests": 4, "attn": "torch"}
-CASES = [(a, layout) for a in MULTIMODAL for layout in MULTIMODAL_LAYOUTS]
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
-    root = tmp_path_factory.mktemp("multimodal")
-    return {(a, layout): write_tiny_multimodal_checkpoint(a, root / f"{a}-{layout}", layout=layout)
-            for a, layout in CASES}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +28,9 @@ def prompts() -> list[list[int]]:
     return random_prompts(len(LENGTHS), LENGTHS, 300, seed=11)
 
 
-@pytest.mark.parametrize(("arch", "layout"), CASES)
-def test_greedy_tokens_and_logits_match_transformers(ckpts, prompts, arch, layout):
-    path, hf_class = ckpts[arch, layout], MULTIMODAL[arch][2]
+@pytest.mark.parametrize(("arch", "layout"), MULTIMODAL_CASES)
+def test_greedy_tokens_and_logits_match_transformers(multimodal_ckpts, prompts, arch, layout):
+    path, hf_class = multimodal_ckpts[arch, layout], MULTIMODAL[arch][2]
     llm = LLM(str(path), page_size=4, **KW)
     assert llm.scheduler.engine.attn_cfg.has_windows
     ours = [r.token_ids for r in llm.generate(prompts, SP)]
@@ -54,8 +43,8 @@ def test_greedy_tokens_and_logits_match_transformers(ckpts, prompts, arch, layou
                                atol=1e-4, rtol=0)
 
 
-def test_tp2_gives_transformers_tokens(ckpts, prompts):
-    path = ckpts["gemma3_vision", "hub"]
+def test_tp2_gives_transformers_tokens(multimodal_ckpts, prompts):
+    path = multimodal_ckpts["gemma3_vision", "hub"]
     llm = LLM(str(path), tp=2, page_size=4, max_prefill_length=32, **KW)
     try:
         assert [r.token_ids for r in llm.generate(prompts, SP)] == hf_greedy(
