@@ -196,3 +196,26 @@ def test_step_kinds_band_decode_batches() -> None:
 def test_repeat_must_be_positive(tiny_ckpts) -> None:
     with pytest.raises(SystemExit, match="--repeat must be at least 1, got 0"):
         main([*ARGS, "--model", str(tiny_ckpts["llama"]), "--repeat", "0"])
+
+
+def test_dummy_quantization_runs_each_on_the_same_requests(tiny_ckpts, capsys) -> None:
+    """`--dummy-quantization none fp8`: the 16-bit weights first, then the block-FP8 config's, each
+    timed on the same workload, with the second's throughput over the first's."""
+    argv = [*ARGS, "--model", str(tiny_ckpts["qwen3"]), "--dummy-weights", "--baseline", "none",
+            "--dummy-quantization", "none", "fp8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("workload: 6 requests") == 1
+    plain, fp8 = tok_s(out, "radixserve"), tok_s(out, "radixserve weights fp8")
+    ratio = float(re.search(r"^ratio weights\s+([\d.]+)x \(fp8 / none\)", out, re.MULTILINE).group(1))
+    assert ratio == pytest.approx(fp8 / plain, abs=2e-3)
+
+
+def test_dummy_quantization_is_checked_before_any_run(tiny_ckpts, capsys) -> None:
+    model = str(tiny_ckpts["qwen3"])
+    with pytest.raises(SystemExit, match="needs --dummy-weights"):
+        main([*ARGS, "--model", model, "--dummy-quantization", "fp8"])
+    with pytest.raises(SystemExit, match="several --dummy-quantization"):
+        main([*ARGS, "--model", model, "--dummy-weights", "--shared-prefix", "16",
+              "--dummy-quantization", "none", "fp8"])
+    assert "output tok/s" not in capsys.readouterr().out

@@ -45,6 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                      help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                           "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
+    off.add_argument("--dummy-quantization", nargs="+", default=["none"], choices=["none", "fp8"],
+                     help="with --dummy-weights: the linear weights in the model dtype (none) or block "
+                          "FP8 (fp8); several run in turn on the same requests, each compared with "
+                          "the first, e.g. --dummy-quantization none fp8")
     off.add_argument("--phases", action="store_true",
                      help="after each timed run, where its time went by kind of step: prefill "
                           "batches, and decode steps by batch size (GPU time on a GPU)")
@@ -293,6 +297,8 @@ def run_offline(args: argparse.Namespace) -> int:
 
     modes = _allreduce_modes(args)
     eng, sch = _engine_configs(args)
+    variants = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
+    eng = variants[0][1]  # the ablations, comparisons and baseline run the first
     big = args.model_preset is not None
     n = args.num_prompts or (256 if big else 64)
     in_rng = tuple(args.input_len or ((100, 1024) if big else (32, 256)))
@@ -313,9 +319,10 @@ def run_offline(args: argparse.Namespace) -> int:
         if args.shared_prefix < 1:
             raise SystemExit("bench: --shared-prefix must be at least 1")
         if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
-                or args.allreduce or args.repeat > 1 or args.phases):
-            raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run "
-                             "--ablate, --compare-*, --allreduce, --repeat and --phases without it")
+                or args.allreduce or args.repeat > 1 or args.phases or len(variants) > 1):
+            raise SystemExit("bench: --shared-prefix compares the radix and naive caches; run --ablate, "
+                             "--compare-*, --allreduce, --repeat, --phases and several "
+                             "--dummy-quantization without it")
         suffix = tuple(args.input_len or (32, 128))
         run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
         return 0
@@ -352,8 +359,12 @@ def run_offline(args: argparse.Namespace) -> int:
     ours = 0.0
     for mode in modes:
         label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
-        tps = run(label, env=None if mode is None else {ENV: mode}, json_schema=main_schema)
+        tps = run(label, env=None if mode is None else {ENV: mode},
+                  json_schema=main_schema)
         ours = ours or tps  # the first mode is the one the ablations and baseline compare with
+    for quant, e in variants[1:]:
+        tps = run(f"radixserve weights {quant}", e=e, json_schema=main_schema)
+        print(f"{'ratio weights':<28} {tps / ours:>10.3f}x ({quant} / {variants[0][0]})", flush=True)
     if args.compare_kv_dtype:
         kv = args.compare_kv_dtype
         tps = run(f"radixserve kv-cache {kv}", e=dataclasses.replace(eng, kv_cache_dtype=kv),
