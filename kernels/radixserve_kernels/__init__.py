@@ -21,7 +21,13 @@ from radixserve_kernels.decode_attention import (
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
 from radixserve_kernels.fp8_gemv import fp8_gemm, fp8_gemm_ref
-from radixserve_kernels.gemv import SKINNY_MAX_M, skinny_gemm, skinny_gemm_ref
+from radixserve_kernels.gemv import (
+    SKINNY_MAX_M,
+    silu_mul_gemv,
+    silu_mul_gemv_ref,
+    skinny_gemm,
+    skinny_gemm_ref,
+)
 from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
 from radixserve_kernels.moe import (
     fused_moe,
@@ -81,6 +87,8 @@ __all__ = [
     "set_pdl",
     "silu_and_mul",
     "silu_and_mul_ref",
+    "silu_mul_gemv",
+    "silu_mul_gemv_ref",
     "skinny_gemm",
     "skinny_gemm_ref",
     "store_kv",

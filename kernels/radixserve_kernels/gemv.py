@@ -61,7 +61,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         block_n, block_k, warps, stages = gemv_config(n, k)
         gemv_kernel[(cdiv(n, block_n),)](
             x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
-            HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            HAS_BIAS=bias is not None, GATED=False, BLOCK_N=block_n, BLOCK_K=block_k,
             num_warps=warps, num_stages=stages, **pdl_args(x),
         )
     elif m:
@@ -73,4 +73,34 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n, BLOCK_K=block_k,
             num_warps=warps, num_stages=stages, **pdl_args(x),
         )
+    return y
+
+
+def silu_mul_gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    from radixserve_kernels.activation import silu_and_mul_ref
+
+    return F.linear(silu_and_mul_ref(x), weight, bias)
+
+
+def silu_mul_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Triton twin of `silu_mul_gemv_ref` for one row x [1, 2K] = [gate | up] and weight [N, K]:
+    a gated MLP's down projection with the activation computed as the input is read (each
+    program recomputes the 2K-wide row from L2), one launch instead of two at batch 1. Gives
+    `silu_and_mul` then `skinny_gemm`'s bits."""
+    from radixserve_kernels._jit.gemv import gemv_kernel
+
+    n, k = weight.shape
+    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != 2 * k:
+        raise ValueError(f"silu_mul_gemv takes x [1, {2 * k}] for a weight {list(weight.shape)}, "
+                         f"got {list(x.shape)}")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    assert weight.is_contiguous(), "the weight must be contiguous"
+    y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    block_n, block_k, warps, stages = gemv_config(n, k)
+    gemv_kernel[(cdiv(n, block_n),)](
+        x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
+        HAS_BIAS=bias is not None, GATED=True, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=warps, num_stages=stages, **pdl_args(x),
+    )
     return y

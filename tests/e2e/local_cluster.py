@@ -14,8 +14,11 @@ import pytest
 
 def unavailable_reason() -> str | None:
     """Why the local provider cannot run here, or None."""
-    from scripts import images
-    from scripts.cluster import controlplane, node
+    try:
+        from scripts import images
+        from scripts.cluster import controlplane, node
+    except ImportError as e:  # a machine without the dev extra (the GPU machine)
+        return f"the cluster scripts cannot be imported: {e}"
 
     return controlplane.unavailable_reason() or node.unavailable_reason() or \
         images.unavailable_reason()

@@ -1,7 +1,7 @@
 """FP8 weight checkpoints on CUDA in 16-bit: block-FP8 (128x128) and per-channel linear weights
 stay FP8 and run the FP8-weight kernel (one-row, skinny and tiled), and the model follows
-transformers on the dequantized checkpoint as closely as bf16 allows: prefill logits within
-2e-2 relative error, greedy tokens parting only at the reference's near-ties (decode steps
+transformers on the dequantized checkpoint as closely as bf16 allows: prefill logits as close
+to its float32 logits as transformers' own 16-bit run (`bf16_bound`), greedy tokens parting only at the reference's near-ties (decode steps
 replayed from CUDA graphs); a wrong block scale is seen."""
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.gpu.helpers import assert_greedy_parts_only_at_ties, generate, hf_logits, rel_err
+from radixserve_kernels import SKINNY_MAX_M
+from tests.gpu.helpers import (
+    assert_greedy_parts_only_at_ties,
+    bf16_bound,
+    generate,
+    hf_logits,
+    rel_err,
+)
 from tests.models.fp8_checkpoints import corrupt_scale, write_fp8_checkpoint
 from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
 
@@ -37,27 +44,34 @@ def _engine(path: Path, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("fmt,lens", [("block", [5, 16, 37, 300]), ("channel", [3, 9, 16])])
+@pytest.mark.parametrize("fmt,lens", [("block", [5, 16, 37, 300]), ("channel", [3, 5, 8])])
 def test_prefill_logits_follow_the_dequantized_checkpoint(fp8_qwen3, dtype, fmt, lens) -> None:
-    """Per-channel prompts of at most 16 tokens: their projections take the FP8-weight kernel
-    (longer ones quantize activations for `_scaled_mm`, a coarser product)."""
+    """The per-channel batch holds 16 tokens, so its projections take the FP8-weight kernel (more
+    rows quantize activations for `_scaled_mm`, a coarser product). Held to the dequantized
+    model's float32 logits as closely as transformers' own 16-bit run of it comes: the kept FP8
+    weights are scaled in float32 inside the kernel, where transformers rounds each dequantized
+    weight to 16 bits first."""
     path, ref = fp8_qwen3[fmt]
     engine = _engine(path, dtype)
     qkv = engine.model.model.layers[0].self_attn.qkv_proj
     assert qkv.weight.dtype == torch.float8_e4m3fn
     assert qkv.scale_block_k == (BLOCK[1] if fmt == "block" else None)
+    assert fmt == "block" or sum(lens) <= SKINNY_MAX_M
     prompts = random_prompts(len(lens), lens, engine.hf_config.vocab_size, seed=2)
-    want = hf_logits(ref, prompts, getattr(torch, dtype), "cuda")
+    want = hf_logits(ref, prompts, torch.float32, "cuda")
+    bound = bf16_bound(ref, prompts, hf_logits(ref, prompts, getattr(torch, dtype), "cuda"), REL_TOL)
     for i, (got, w) in enumerate(zip(prefill_logits(engine, prompts), want)):
-        assert rel_err(got, w) <= REL_TOL, f"prompt {i} ({lens[i]} tokens): {rel_err(got, w):.4f}"
+        assert rel_err(got, w) <= bound, f"prompt {i} ({lens[i]} tokens): {rel_err(got, w):.4f} > {bound:.4f}"
 
 
 def test_a_wrong_block_scale_is_seen(fp8_qwen3, tmp_path) -> None:
+    from transformers import AutoConfig
+
     path, ref = fp8_qwen3["block"]
     bad = tmp_path / "bad"
     shutil.copytree(path, bad)
     corrupt_scale(bad, "model.layers.0.mlp.down_proj.weight_scale_inv", 4.0)
-    prompts = random_prompts(2, [5, 40], 1000, seed=4)
+    prompts = random_prompts(2, [5, 40], AutoConfig.from_pretrained(ref).vocab_size, seed=4)
     want = hf_logits(ref, prompts, torch.bfloat16, "cuda")
     errs = [rel_err(g, w) for g, w in zip(prefill_logits(_engine(bad, "bfloat16"), prompts), want)]
     assert min(errs) > 5 * REL_TOL, errs

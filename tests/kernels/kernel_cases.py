@@ -281,6 +281,25 @@ def check_skinny_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: 
             close(got, want, dtype, scale=4)
 
 
+def check_silu_mul_gemv(dev: str, dtype: torch.dtype, n: int, k: int) -> None:
+    """The fused down projection gives the bits of `silu_and_mul` then `skinny_gemm` (the two
+    launches it replaces), with and without bias, and is close to the float32 reference."""
+    from radixserve_kernels import silu_and_mul, silu_mul_gemv, silu_mul_gemv_ref, skinny_gemm
+
+    gen = torch.Generator().manual_seed(n + 3 * k)
+    w = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype).to(dev)
+    b = torch.randn(n, generator=gen).to(dtype).to(dev)
+    x = (torch.randn(1, 2 * k, generator=gen) * 3).to(dtype).to(dev)
+    for bias in (None, b):
+        got = silu_mul_gemv(x, w, bias)
+        assert got.shape == (1, n)
+        assert torch.equal(got, skinny_gemm(silu_and_mul(x), w, bias))
+        want = silu_mul_gemv_ref(x.float(), w.float(), None if bias is None else bias.float())
+        close(got, want, dtype, scale=8)
+    with pytest.raises(ValueError, match=r"takes x \[1, "):
+        silu_mul_gemv(x[:, :k], w, None)
+
+
 def fp8_weight_case(n: int, k: int, block: tuple[int, int] | None, gen: torch.Generator
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(e4m3 weight [n, k] spread over FP8's range, its positive scales [n] or [ceil(n/bn),

@@ -67,6 +67,13 @@ def test_skinny_gemm_qwen3_shapes(dtype: torch.dtype, n: int, k: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,k", [(1024, 3072), (2560, 9728), (4096, 12288), (100, 70)], ids=kc.case_id)
+def test_silu_mul_gemv_down_projection_shapes(dtype: torch.dtype, n: int, k: int) -> None:
+    # Qwen3-0.6B's, 4B's and 8B's down projections, and a ragged one
+    kc.check_silu_mul_gemv("cuda", dtype, n=n, k=k)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("block", [None, (128, 128), (1, 128)], ids=["row", "128x128", "1x128"])
 @pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 12288), (1000, 1000)], ids=kc.case_id)
 def test_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, block: tuple[int, int] | None, n: int,

@@ -65,6 +65,12 @@ def test_skinny_gemm(dtype: torch.dtype) -> None:
     kc.check_skinny_gemm("cpu", dtype, rows=[1], n=42, k=2100)  # one row: masked tails, K > 2048
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_silu_mul_gemv(dtype: torch.dtype) -> None:
+    kc.check_silu_mul_gemv("cpu", dtype, n=42, k=300)
+    kc.check_silu_mul_gemv("cpu", dtype, n=10, k=2100)  # K > 2048: the long-row config, masked tail
+
+
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("block", [None, (128, 128), (32, 16), (1, 128)],
                          ids=["row", "128x128", "32x16", "1x128"])

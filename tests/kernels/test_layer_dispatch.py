@@ -294,3 +294,41 @@ def test_linear_into_a_buffer_equals_f_linear(bias: bool) -> None:
     got = lin.linear(x, w, b, out=buf)
     assert got.data_ptr() == buf.data_ptr()
     assert torch.equal(buf, torch.nn.functional.linear(x, w, b))
+
+
+def test_dense_mlp_fuses_silu_into_the_down_projection_for_one_16bit_row(monkeypatch) -> None:
+    """One 16-bit row (decode at batch 1) computes silu(gate) * up inside the down projection's
+    launch, with the bits of the two launches it replaces; more rows, float32 and another
+    activation keep the separate launch."""
+    from radixserve.layers import linear as lin
+    from radixserve.layers.activation import GeluTanhAndMul
+    from radixserve.models.decoder import DenseMLP
+    from radixserve.utils import kernel_path
+
+    fused: list[int] = []
+    gemv = lin.silu_mul_gemv
+    monkeypatch.setattr(lin, "silu_mul_gemv", lambda x, w, b: fused.append(x.shape[0]) or gemv(x, w, b))
+    gen = torch.Generator().manual_seed(5)
+    mlp = DenseMLP(40, 72)
+    for p in mlp.parameters():
+        p.data = torch.randn(p.shape, generator=gen) / 6
+    # float16 where rows > 1: the interpreter does not emulate a bf16 tl.dot (the skinny kernel's)
+    cases = [(1, torch.bfloat16, True), (1, torch.float16, True), (2, torch.float16, False),
+             (1, torch.float32, False)]
+    for rows, dtype, fuses in cases:
+        mlp.to(dtype)
+        x = torch.randn(rows, 40, generator=gen).to(dtype)
+        want = mlp.down_proj(mlp.act_fn(mlp.gate_up_proj(x)))  # torch path: unfused
+        with monkeypatch.context() as m:
+            m.setattr(kernel_path, "use_triton", lambda t: True)
+            unfused = mlp.down_proj(mlp.act_fn(mlp.gate_up_proj(x)))
+            got = mlp(x)
+        assert fused == ([1] if fuses else []), (rows, dtype)
+        assert torch.equal(got, unfused)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        fused.clear()
+    mlp.act_fn = GeluTanhAndMul()
+    with monkeypatch.context() as m:
+        m.setattr(kernel_path, "use_triton", lambda t: True)
+        mlp.to(torch.bfloat16)(torch.randn(1, 40, generator=gen).bfloat16())
+    assert fused == []

@@ -35,7 +35,8 @@ def skinny_gemm_kernel(
 @triton.jit
 def gemv_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, N, K, s_wn,
-    HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    HAS_BIAS: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pdl_enter(PDL)
     # one row of x: no tensor-core tile to fill, so a program takes as few as 4 weight rows and
@@ -48,7 +49,13 @@ def gemv_kernel(
         km = (k0 + kk) < K
         w = tl.load(w_ptr + n[:, None].to(tl.int64) * s_wn + (k0 + kk)[None, :],
                     mask=nm[:, None] & km[None, :], other=0.0)
-        x = tl.load(x_ptr + k0 + kk, mask=km, other=0.0)
+        if GATED:  # x = [gate | up] of 2K: silu(gate) * up, rounded as silu_and_mul_kernel rounds
+            gate = tl.load(x_ptr + k0 + kk, mask=km, other=0.0).to(tl.float32)
+            up = tl.load(x_ptr + K + k0 + kk, mask=km, other=0.0).to(tl.float32)
+            act = (gate / (1.0 + tl.exp(-gate))).to(x_ptr.dtype.element_ty).to(tl.float32)
+            x = (act * up).to(x_ptr.dtype.element_ty)
+        else:
+            x = tl.load(x_ptr + k0 + kk, mask=km, other=0.0)
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
     y = tl.sum(acc, 1)
     if HAS_BIAS:

@@ -12,7 +12,7 @@ from radixserve.layers.fp8_linear import fp8_linear
 from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
 from radixserve.utils import kernel_path
-from radixserve_kernels import SKINNY_MAX_M, skinny_gemm
+from radixserve_kernels import SKINNY_MAX_M, silu_mul_gemv, skinny_gemm
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -93,6 +93,20 @@ class RowParallelLinear(_Linear):
                           scale_block_k=self.scale_block_k)
         y = get_comm().all_reduce(linear(x, self.weight, weight_scale=self.weight_scale,
                                          scale_block_k=self.scale_block_k))
+        return y if self.bias is None else y + self.bias
+
+    def fuses_silu_mul(self, x: torch.Tensor) -> bool:
+        """Whether `forward_silu_mul` takes x [T, 2 * in] in one launch: one 16-bit row on the
+        kernel path with a 16-bit weight (decode at batch 1, where each launch saved counts)."""
+        return (x.dim() == 2 and x.shape[0] == 1 and x.dtype != torch.float32
+                and self.weight_scale is None and kernel_path.use_triton(x))
+
+    def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)`."""
+        y = silu_mul_gemv(x, self.weight, self.bias if self.tp.size == 1 else None)
+        if self.tp.size == 1:
+            return y
+        y = get_comm().all_reduce(y)
         return y if self.bias is None else y + self.bias
 
     def weight_loader(

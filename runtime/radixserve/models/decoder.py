@@ -100,7 +100,10 @@ class DenseMLP(nn.Module):
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        if type(self.act_fn) is SiluAndMul and self.down_proj.fuses_silu_mul(gate_up):
+            return self.down_proj.forward_silu_mul(gate_up)  # the activation inside the projection
+        return self.down_proj(self.act_fn(gate_up))
 
 
 class DecoderLayer(nn.Module):
