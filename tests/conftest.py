@@ -57,12 +57,17 @@ def multimodal_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With RADIXSERVE_TEST_TIMES=FILE, one line per test phase as it ends (seconds, outcome, id):
-    a run cut short by a time limit (the GPU machine's 10-minute call) still says where its time
-    went, which `--durations` only prints at the end."""
+    """With RADIXSERVE_TEST_TIMES=FILE, one line per test phase as it ends (seconds, outcome, id,
+    and a failure's message): a run cut short by a time limit (the GPU machine's 10-minute call)
+    still says where its time went and why a test failed, which pytest only prints at the end.
+    Under pytest-xdist the controller writes it (a worker's report reaches it as it ends)."""
     import os
 
     path = os.environ.get("RADIXSERVE_TEST_TIMES")
-    if path and (report.when == "call" or report.outcome != "passed"):
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when == "call" or report.outcome != "passed":
+        crash = getattr(report.longrepr, "reprcrash", None) if report.failed else None
+        why = f" | {crash.message.splitlines()[0][:300]}" if crash is not None else ""
         with open(path, "a") as f:
-            f.write(f"{report.duration:8.2f} {report.outcome:7} {report.when:8} {report.nodeid}\n")
+            f.write(f"{report.duration:8.2f} {report.outcome:7} {report.when:8} {report.nodeid}{why}\n")

@@ -14,9 +14,13 @@ LENGTHS = [1, 7, 33, 129, 200, 64, 300, 16]
 MAX_NEW = 12
 
 
+@pytest.fixture(scope="module")
+def reference(tiny_ckpts) -> dict[str, tuple]:
+    return greedy_reference(tiny_ckpts, LENGTHS, MAX_NEW)
+
+
 @pytest.mark.parametrize("attn", BACKENDS)
-def test_fp32_mixed_batches_match_transformers(tiny_ckpts, attn, monkeypatch) -> None:
-    reference = greedy_reference(tiny_ckpts, LENGTHS, MAX_NEW)
+def test_fp32_mixed_batches_match_transformers(tiny_ckpts, reference, attn, monkeypatch) -> None:
     for arch, path in tiny_ckpts.items():
         prompts, expected = reference[arch]
         seen = spy_batches(monkeypatch)

@@ -38,7 +38,7 @@ def reference(windowed) -> dict[tuple[str, int], tuple[list[list[int]], list[lis
     out = {}
     for seed, (key, path) in enumerate(windowed.items()):
         prompts = random_prompts(len(_lengths()), _lengths(), 300, seed=40 + seed)
-        out[key] = (prompts, hf_greedy(path, prompts, MAX_NEW))
+        out[key] = (prompts, hf_greedy(path, prompts, MAX_NEW, device="cuda"))
     return out
 
 
