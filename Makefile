@@ -55,8 +55,11 @@ cluster-binaries: $(NEED_VENV)
 	@if command -v go >/dev/null 2>&1; then $(PY) -m scripts.cluster build; \
 	else echo "go not found: the cluster test tier will be skipped"; fi
 
+# The GPU tier on one GPU, four test processes at once: a cold machine spends most of the tier
+# compiling (Triton kernels, FlashInfer's JIT modules, 10-55 s each), which runs on the CPU.
+GPU_WORKERS ?= 4
 gpu-test:
-	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+	$(PY) -m pytest -m gpu -n $(GPU_WORKERS) $(PYTEST_ARGS)
 
 e2e: install-dev
 	$(PY) -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
