@@ -359,8 +359,7 @@ def run_offline(args: argparse.Namespace) -> int:
     ours = 0.0
     for mode in modes:
         label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
-        tps = run(label, env=None if mode is None else {ENV: mode},
-                  json_schema=main_schema)
+        tps = run(label, env=None if mode is None else {ENV: mode}, json_schema=main_schema)
         ours = ours or tps  # the first mode is the one the ablations and baseline compare with
     for quant, e in variants[1:]:
         tps = run(f"radixserve weights {quant}", e=e, json_schema=main_schema)
