@@ -104,7 +104,9 @@ def test_chart_installs_upgrades_and_uninstalls_with_helm(stack: Stack) -> None:
         "the release's objects to go",
         lambda: stack.kubectl("get", "deployment,serviceaccount,role,rolebinding", "-n", ns,
                               "-l", f"app.kubernetes.io/instance={release}", "-o", "name") == ""
-        and stack.kubectl.get("clusterrole", operator, "") is None,
+        and stack.kubectl.get("clusterrole", operator, "") is None
+        and stack.kubectl("get", "validatingadmissionpolicy,validatingadmissionpolicybinding",
+                          "-l", f"app.kubernetes.io/instance={release}", "-o", "name") == "",
         timeout=60,
     )  # fmt: skip
     # the CRD stays (Helm never deletes crds/): InferenceServices survive an uninstall

@@ -33,7 +33,9 @@ APPARMOR = "container.apparmor.security.beta.kubernetes.io/server"
 
 
 def _refused(stack: Stack, namespace: str, obj: dict) -> str:
-    """What the API server said refusing `obj`; retried while the policy is not yet live."""
+    """What the API server said refusing `obj` by the manifests' policy; retried while that
+    policy is not yet live, or while another's still answers first (the API server's admission
+    cache lags a deleted policy, such as a Helm release's uninstalled by an earlier test)."""
     name = obj["metadata"]["name"]
 
     def attempt() -> str | None:
@@ -41,7 +43,7 @@ def _refused(stack: Stack, namespace: str, obj: dict) -> str:
         if accepted:
             stack.kubectl("delete", "rsvc", name, "-n", namespace, "--wait=false", check=False)
             return None
-        return out
+        return out if f"ValidatingAdmissionPolicy '{POLICY}'" in out else None
 
     return wait_for(f"the admission policy to refuse {name}", attempt, 30, 1)
 
