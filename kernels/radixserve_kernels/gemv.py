@@ -56,14 +56,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     assert weight.is_contiguous(), "the weight must be contiguous"
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 1:
-        from radixserve_kernels._jit.gemv import gemv_kernel
-
-        block_n, block_k, warps, stages = gemv_config(n, k)
-        gemv_kernel[(cdiv(n, block_n),)](
-            x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
-            HAS_BIAS=bias is not None, GATED=False, BLOCK_N=block_n, BLOCK_K=block_k,
-            num_warps=warps, num_stages=stages, **pdl_args(x),
-        )
+        _gemv(x, weight, bias, y, gated=False)
     elif m:
         block_n, block_k, warps, stages = skinny_gemm_config(n, k, x.element_size())
         skinny_gemm_kernel[(cdiv(n, block_n),)](
@@ -87,8 +80,6 @@ def silu_mul_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     a gated MLP's down projection with the activation computed as the input is read (each
     program recomputes the 2K-wide row from L2), one launch instead of two at batch 1. Gives
     `silu_and_mul` then `skinny_gemm`'s bits."""
-    from radixserve_kernels._jit.gemv import gemv_kernel
-
     n, k = weight.shape
     if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != 2 * k:
         raise ValueError(f"silu_mul_gemv takes x [1, {2 * k}] for a weight {list(weight.shape)}, "
@@ -96,11 +87,19 @@ def silu_mul_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if x.stride(-1) != 1:
         x = x.contiguous()
     assert weight.is_contiguous(), "the weight must be contiguous"
-    y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    return _gemv(x, weight, bias, torch.empty(1, n, dtype=x.dtype, device=x.device), gated=True)
+
+
+def _gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
+          gated: bool) -> torch.Tensor:
+    """The one-row kernel into y [1, N]; `gated`: x is [gate | up] and the row is their product."""
+    from radixserve_kernels._jit.gemv import gemv_kernel
+
+    n, k = weight.shape
     block_n, block_k, warps, stages = gemv_config(n, k)
     gemv_kernel[(cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
-        HAS_BIAS=bias is not None, GATED=True, BLOCK_N=block_n, BLOCK_K=block_k,
+        HAS_BIAS=bias is not None, GATED=gated, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=warps, num_stages=stages, **pdl_args(x),
     )
     return y

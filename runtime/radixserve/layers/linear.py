@@ -91,8 +91,12 @@ class RowParallelLinear(_Linear):
         if self.tp.size == 1:
             return linear(x, self.weight, self.bias, weight_scale=self.weight_scale,
                           scale_block_k=self.scale_block_k)
-        y = get_comm().all_reduce(linear(x, self.weight, weight_scale=self.weight_scale,
-                                         scale_block_k=self.scale_block_k))
+        return self._sum_ranks(linear(x, self.weight, weight_scale=self.weight_scale,
+                                      scale_block_k=self.scale_block_k))
+
+    def _sum_ranks(self, partial: torch.Tensor) -> torch.Tensor:
+        """The ranks' partial products summed, plus the bias (kept whole, added once)."""
+        y = get_comm().all_reduce(partial)
         return y if self.bias is None else y + self.bias
 
     def fuses_silu_mul(self, x: torch.Tensor) -> bool:
@@ -103,11 +107,9 @@ class RowParallelLinear(_Linear):
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor:
         """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)`."""
-        y = silu_mul_gemv(x, self.weight, self.bias if self.tp.size == 1 else None)
         if self.tp.size == 1:
-            return y
-        y = get_comm().all_reduce(y)
-        return y if self.bias is None else y + self.bias
+            return silu_mul_gemv(x, self.weight, self.bias)
+        return self._sum_ranks(silu_mul_gemv(x, self.weight, None))
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None

@@ -68,16 +68,10 @@ def _tie_as_transformers(hf_config: Any, model_dir: Path,
     """Set the language model's `tie_word_embeddings` as transformers 5 ties when it loads: the
     LM head is the embedding where a config says so (a multimodal checkpoint's outer one or its
     `text_config`) and the checkpoint has no `lm_head.weight` of its own; one it has is used."""
-    from safetensors import safe_open
-
     text = text_config(hf_config)
     if not (tie_word_embeddings(hf_config) or tie_word_embeddings(text)):
         return
-    own = False
-    for path in safetensors_files(model_dir):
-        with safe_open(str(path), framework="pt", device="cpu") as f:  # reads the header only
-            names = f.keys()
-            own = own or any((n if rename is None else rename(n)) == LM_HEAD for n in names)
+    own = any(name == LM_HEAD for name, _ in iter_safetensors(model_dir, rename))  # headers only
     if own:
         logger.info("the checkpoint has its own %s: the LM head is not tied to the embedding", LM_HEAD)
     text.tie_word_embeddings = not own

@@ -2,8 +2,8 @@
 their language model is the text architecture built from `text_config` (`hf_config.text_config`),
 filled from the checkpoint's language-model tensors under the text model's names. The text classes
 are registered under the multimodal names too (`gemma3.py`, `mistral.py`); the LM head is tied to
-the embedding as transformers ties it (the loader's `_tie_as_transformers`). The vision tower and the projector are never read; the API
-refuses image content.
+the embedding as transformers ties it (the loader's `_tie_as_transformers`). The vision tower and
+the projector are never read; the API refuses image content.
 
 Both layouts are read: transformers 5's (`model.language_model.*`, `lm_head.*`,
 `model.vision_tower.*`, `model.multi_modal_projector.*`) and the one of the checkpoints on the Hub,
