@@ -83,7 +83,10 @@ def test_a_wrong_block_scale_is_seen(fp8_qwen3, tmp_path) -> None:
 def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen3) -> None:
     """Batched decode through CUDA graphs (the one-row and skinny kernels), prefill through the
     tiled one. The reference is the dequantized model in float32: transformers' bf16 run of it
-    rounds every weight to bf16, which the kept FP8 weights never are (as in the prefill test)."""
+    rounds every weight to bf16, which the kept FP8 weights never are (as in the prefill test).
+    A bf16 run whose logits are within B of the float32 ones (B as the prefill test bounds them,
+    from transformers' own bf16 error on the same paths) can part from the float32 greedy choice
+    only where its top two logits are within 2B: that is the tie tolerance."""
     from transformers import AutoConfig
 
     path, ref = fp8_qwen3["block"]
@@ -92,4 +95,7 @@ def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen
     want = hf_greedy(ref, prompts, 16, torch.float32, "cuda")
     got = generate(path, prompts, 16, graphs=True, dtype="bfloat16", device="cuda", page_size=16,
                    max_running_requests=32)
-    assert_greedy_parts_only_at_ties(ref, prompts, got, want, REL_TOL, ref_dtype=torch.float32)
+    paths = [p + w[:-1] for p, w in zip(prompts, want)]
+    bound = bf16_bound(hf_logits(ref, paths, torch.bfloat16, "cuda"),
+                       hf_logits(ref, paths, torch.float32, "cuda"), REL_TOL / 2)
+    assert_greedy_parts_only_at_ties(ref, prompts, got, want, 2 * bound, ref_dtype=torch.float32)

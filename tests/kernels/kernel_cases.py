@@ -345,37 +345,6 @@ def check_fp8_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int
     assert (got - x.double() @ w_real.T)[:, -1].abs().max() > 0.05
 
 
-def check_fp8_silu_mul_gemv(dev: str, dtype: torch.dtype, n: int, k: int,
-                            block: tuple[int, int] | None) -> None:
-    """The fused FP8 down projection gives the bits of `silu_and_mul` then `fp8_gemm` (the two
-    launches it replaces), with and without bias, and is close to the float64 product with the
-    weight its scales stand for."""
-    from radixserve_kernels import (
-        fp8_gemm,
-        fp8_silu_mul_gemv,
-        fp8_silu_mul_gemv_ref,
-        silu_and_mul,
-        silu_and_mul_ref,
-    )
-
-    gen = torch.Generator().manual_seed(n + 5 * k)
-    w, scale, w_real = fp8_weight_case(n, k, block, gen)
-    b = torch.randn(n, generator=gen).to(dtype)
-    x = (torch.randn(1, 2 * k, generator=gen) * 3).to(dtype)
-    w, scale = w.to(dev), scale.to(dev)
-    want_act = silu_and_mul_ref(x.float()).to(dtype).double()
-    for bias in (None, b):
-        bias_dev = None if bias is None else bias.to(dev)
-        got = fp8_silu_mul_gemv(x.to(dev), w, scale, bias_dev, block)
-        assert got.shape == (1, n) and got.dtype == dtype
-        assert torch.equal(got, fp8_gemm(silu_and_mul(x.to(dev)), w, scale, bias_dev, block))
-        want = want_act @ w_real.T + (0 if bias is None else bias.double())
-        close(got.cpu(), want, dtype, scale=8)
-        close(fp8_silu_mul_gemv_ref(x.to(dev), w, scale, bias_dev, block).cpu(), want, dtype, scale=8)
-    with pytest.raises(ValueError, match=r"takes x \[1, "):
-        fp8_silu_mul_gemv(x[:, :k].to(dev), w, scale, None, block)
-
-
 def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:
     from radixserve_kernels import store_kv, store_kv_ref
 

@@ -82,15 +82,6 @@ def test_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, block: tuple[int, int] | N
     kc.check_fp8_gemm("cuda", dtype, rows=[1, 2, 3, 8, 13, 16, 64, 300], n=n, k=k, block=block)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("block", [None, (1, 128)], ids=["row", "1x128"])
-@pytest.mark.parametrize("n,k", [(4096, 12288), (2560, 9728), (100, 70)], ids=kc.case_id)
-def test_fp8_silu_mul_gemv_down_projection_shapes(dtype: torch.dtype, block: tuple[int, int] | None,
-                                                  n: int, k: int) -> None:
-    # Qwen3-8B's and 4B's down projections, and a ragged one
-    kc.check_fp8_silu_mul_gemv("cuda", dtype, n=n, k=k, block=block)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cuda", dtype, tokens=1000, heads=8, dim=128)

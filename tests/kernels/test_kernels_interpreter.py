@@ -79,13 +79,6 @@ def test_fp8_gemm(dtype: torch.dtype, block: tuple[int, int] | None) -> None:
     kc.check_fp8_gemm("cpu", dtype, rows=[1, 3, 16, 20], n=130, k=300, block=block)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("block", [None, (1, 128)], ids=["row", "1x128"])
-def test_fp8_silu_mul_gemv(dtype: torch.dtype, block: tuple[int, int] | None) -> None:
-    kc.check_fp8_silu_mul_gemv("cpu", dtype, n=42, k=300, block=block)
-    kc.check_fp8_silu_mul_gemv("cpu", dtype, n=10, k=2100, block=block)  # the long-row config
-
-
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cpu", dtype, tokens=7, heads=2, dim=16)

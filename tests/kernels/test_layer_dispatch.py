@@ -332,35 +332,3 @@ def test_dense_mlp_fuses_silu_into_the_down_projection_for_one_16bit_row(monkeyp
         m.setattr(kernel_path, "use_triton", lambda t: True)
         mlp.to(torch.bfloat16)(torch.randn(1, 40, generator=gen).bfloat16())
     assert fused == []
-
-
-@pytest.mark.parametrize("block_k", [None, 128], ids=["row", "block"])
-def test_dense_mlp_fuses_silu_into_an_fp8_down_projection_for_one_row(monkeypatch, block_k) -> None:
-    """Kept FP8 weights (row or block scales) take the fused down projection too, with the bits
-    of `silu_and_mul` then the FP8 one-row kernel; two rows keep the separate launch."""
-    from radixserve.layers import linear as lin
-    from radixserve.layers.fp8_linear import to_fp8_linear
-    from radixserve.models.decoder import DenseMLP
-    from radixserve.utils import kernel_path
-
-    fused: list[int] = []
-    gemv = lin.fp8_silu_mul_gemv
-    monkeypatch.setattr(lin, "fp8_silu_mul_gemv",
-                        lambda x, *a: fused.append(x.shape[0]) or gemv(x, *a))
-    gen = torch.Generator().manual_seed(6)
-    mlp = DenseMLP(40, 200)
-    for layer in (mlp.gate_up_proj, mlp.down_proj):
-        to_fp8_linear(layer, block_k)
-        layer.weight.data = (torch.randn(layer.weight.shape, generator=gen) * 64).clamp(
-            -448, 448).to(layer.weight.dtype)
-        layer.weight_scale.data = torch.rand(layer.weight_scale.shape, generator=gen) / 256
-    for rows, dtype, fuses in [(1, torch.bfloat16, True), (1, torch.float16, True),
-                               (2, torch.float16, False)]:
-        x = torch.randn(rows, 40, generator=gen).to(dtype)
-        with monkeypatch.context() as m:
-            m.setattr(kernel_path, "use_triton", lambda t: True)
-            unfused = mlp.down_proj(mlp.act_fn(mlp.gate_up_proj(x)))
-            got = mlp(x)
-        assert fused == ([1] if fuses else []), (rows, dtype)
-        assert torch.equal(got, unfused)
-        fused.clear()

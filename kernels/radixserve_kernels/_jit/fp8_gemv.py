@@ -45,16 +45,13 @@ def fp8_gemm_kernel(
 @triton.jit
 def fp8_gemv_kernel(
     x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, N, K, s_wn, s_sn,
-    SCALE_N: tl.constexpr, GROUP_K: tl.constexpr, HAS_BIAS: tl.constexpr, GATED: tl.constexpr,
+    SCALE_N: tl.constexpr, GROUP_K: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, TILE_K: tl.constexpr, PDL: tl.constexpr,
 ):
     pdl_enter(PDL)
     # one row of x, no tensor cores: a program's [BLOCK_N, GROUPS * TILE_K] tile is held as
     # GROUPS slices of TILE_K columns (TILE_K divides GROUP_K), so each slice takes its scale
-    # from one load per row and the products are summed in float32 once, at the end.
-    # The weight (int8 here: its e4m3 bytes) is widened with integer ops rather than the
-    # conversion unit: an e4m3 byte's sign to bit 31 and exponent-mantissa to bits 26..20 is the
-    # float32 of value * 2^-120 (subnormals included); x and the scales each carry 2^60 back.
+    # from one load per row and the products are summed in float32 once, at the end
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     g = tl.arange(0, GROUPS)
     j = tl.arange(0, TILE_K)
@@ -66,25 +63,18 @@ def fp8_gemv_kernel(
         kg = k0 + g * TILE_K  # first column of each slice
         col = kg[:, None] + j[None, :]  # [GROUPS, TILE_K]
         km = col < K
-        b = tl.load(w_row[:, None, None] + col[None, :, :],
-                    mask=nm[:, None, None] & km[None, :, :], other=0).to(tl.int32)
-        w = ((b << 20) & -2014314496).to(tl.float32, bitcast=True)  # 0x87F00000
-        if GATED:  # x = [gate | up] of 2K: silu(gate) * up, rounded as silu_and_mul_kernel rounds
-            gate = tl.load(x_ptr + col, mask=km, other=0.0).to(tl.float32)
-            up = tl.load(x_ptr + K + col, mask=km, other=0.0).to(tl.float32)
-            act = (gate / (1.0 + tl.exp(-gate))).to(x_ptr.dtype.element_ty).to(tl.float32)
-            x = (act * up).to(x_ptr.dtype.element_ty).to(tl.float32) * 1.152921504606846976e18
-        else:
-            x = tl.load(x_ptr + col, mask=km, other=0.0).to(tl.float32) * 1.152921504606846976e18
+        w = tl.load(w_row[:, None, None] + col[None, :, :],
+                    mask=nm[:, None, None] & km[None, :, :], other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + col, mask=km, other=0.0).to(tl.float32)
         if GROUP_K > 0:
             s = tl.load(s_row[:, None] + (kg // GROUP_K)[None, :],
-                        mask=nm[:, None] & (kg < K)[None, :], other=0.0) * 1.152921504606846976e18
-            acc += (w * s[:, :, None]) * x[None, :, :]
+                        mask=nm[:, None] & (kg < K)[None, :], other=0.0)
+            acc += w * x[None, :, :] * s[:, :, None]
         else:
             acc += w * x[None, :, :]
     y = tl.sum(tl.sum(acc, 2), 1)
     if GROUP_K == 0:
-        y *= tl.load(s_row, mask=nm, other=0.0) * 1.152921504606846976e18
+        y *= tl.load(s_row, mask=nm, other=0.0)
     if HAS_BIAS:
         y += tl.load(b_ptr + n, mask=nm, other=0.0).to(tl.float32)
     tl.store(y_ptr + n, y.to(y_ptr.dtype.element_ty), mask=nm)

@@ -12,7 +12,7 @@ from radixserve.layers.fp8_linear import fp8_linear
 from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
 from radixserve.utils import kernel_path
-from radixserve_kernels import SKINNY_MAX_M, fp8_silu_mul_gemv, silu_mul_gemv, skinny_gemm
+from radixserve_kernels import SKINNY_MAX_M, silu_mul_gemv, skinny_gemm
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -101,20 +101,15 @@ class RowParallelLinear(_Linear):
 
     def fuses_silu_mul(self, x: torch.Tensor) -> bool:
         """Whether `forward_silu_mul` takes x [T, 2 * in] in one launch: one 16-bit row on the
-        kernel path, over a 16-bit or a kept FP8 weight (decode at batch 1, where each launch
-        saved counts)."""
+        kernel path with a 16-bit weight (decode at batch 1, where each launch saved counts)."""
         return (x.dim() == 2 and x.shape[0] == 1 and x.dtype != torch.float32
-                and kernel_path.use_triton(x))
+                and self.weight_scale is None and kernel_path.use_triton(x))
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor:
         """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)`."""
-        bias = self.bias if self.tp.size == 1 else None
-        if self.weight_scale is None:
-            y = silu_mul_gemv(x, self.weight, bias)
-        else:
-            block = None if self.scale_block_k is None else (1, self.scale_block_k)
-            y = fp8_silu_mul_gemv(x, self.weight, self.weight_scale, bias, block)
-        return y if self.tp.size == 1 else self._sum_ranks(y)
+        if self.tp.size == 1:
+            return silu_mul_gemv(x, self.weight, self.bias)
+        return self._sum_ranks(silu_mul_gemv(x, self.weight, None))
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
