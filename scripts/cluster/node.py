@@ -215,10 +215,10 @@ def up(state: Path, bins: Path, kubeconfig: Path, ca_file: Path, api: Api,
         say(f"{name}: ready")
         if name == "containerd":
             # NOTE: imported at every start, though the images outlive the node: containerd's CRI
-            # keeps its own image cache, filled at start-up (an image whose content it cannot
-            # read then is skipped) and by image events. A node once failed every pod sandbox
-            # with "failed to get sandbox image" while `ctr images ls` listed it; an import
-            # (a few KB) rewrites any missing blob and sends CRI the event.
+            # keeps its own image cache, filled at start-up (skipping an image whose content it
+            # cannot read) and by image events, and an image it missed fails every pod sandbox
+            # with "failed to get sandbox image" while `ctr images ls` lists it. An import (a few
+            # KB) rewrites any missing blob and sends CRI the event.
             archive = f / "pause.tar"
             archive.write_bytes(_pause_archive(bins))
             import_image(state, archive, SANDBOX_IMAGE)
