@@ -56,15 +56,25 @@ def multimodal_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str
             for a, layout in MULTIMODAL_CASES}
 
 
+_config: pytest.Config | None = None  # this process's, for the report hook
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _config
+    _config = config
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With RADIXSERVE_TEST_TIMES=FILE, one line per test phase as it ends (seconds, outcome, id,
     and a failure's message): a run cut short by a time limit (the GPU machine's 10-minute call)
     still says where its time went and why a test failed, which pytest only prints at the end.
-    Under pytest-xdist the controller writes it (a worker's report reaches it as it ends)."""
+    Under pytest-xdist the controller writes it (a worker's report reaches it as it ends). A
+    worker is told by its config, not by PYTEST_XDIST_WORKER, which a pytest started from inside
+    a worker (pytester) inherits."""
     import os
 
     path = os.environ.get("RADIXSERVE_TEST_TIMES")
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not path or (_config is not None and hasattr(_config, "workerinput")):
         return
     if report.when == "call" or report.outcome != "passed":
         crash = getattr(report.longrepr, "reprcrash", None) if report.failed else None
