@@ -56,12 +56,12 @@ def multimodal_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str
             for a, layout in MULTIMODAL_CASES}
 
 
-_config: pytest.Config | None = None  # this process's, for the report hook
+_xdist_worker = False  # this process's, set by pytest_configure for the report hook
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _config
-    _config = config
+    global _xdist_worker
+    _xdist_worker = hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -74,7 +74,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     import os
 
     path = os.environ.get("RADIXSERVE_TEST_TIMES")
-    if not path or (_config is not None and hasattr(_config, "workerinput")):
+    if not path or _xdist_worker:
         return
     if report.when == "call" or report.outcome != "passed":
         crash = getattr(report.longrepr, "reprcrash", None) if report.failed else None

@@ -65,16 +65,19 @@ def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],
 def assert_greedy_parts_only_at_ties(path: Path, prompts: list[list[int]],
                                      got: list[list[int]], want: list[list[int]],
                                      rel_tol: float = 2e-2,
-                                     ref_dtype: torch.dtype = torch.bfloat16) -> None:
-    """bf16 greedy tokens against transformers' (`want`, run in `ref_dtype`): wherever they part,
-    transformers' own logits show a near-tie there (our pick within `rel_tol` of its best, relative to the row's
+                                     ref: list[torch.Tensor] | None = None) -> None:
+    """bf16 greedy tokens against transformers' (`want`): wherever they part, transformers' own
+    logits show a near-tie there (our pick within `rel_tol` of its best, relative to the row's
     largest logit), so every prompt whose reference path has no near-tie matches token for token;
-    at least a quarter of the prompts must be such decisive ones, or the check says little.
+    at least a quarter of the prompts must be such decisive ones, or the check says little. `ref`:
+    those logits on each path (prompt + want[:-1]) where the caller has them (another dtype than
+    bf16); computed here in bf16 otherwise.
 
     NOTE: no share of identical prompts is asked for: it counts the reference's ties, not our
     errors. On the H200, 24 of test_bf16's 40 paths hold a near-tie (three exact bf16 ties), and
     transformers' own float32 run matches its bf16 one on 30 (docs/benchmarks.md)."""
-    ref = hf_logits(path, [p + w[:-1] for p, w in zip(prompts, want)], ref_dtype, "cuda")
+    if ref is None:
+        ref = hf_logits(path, [p + w[:-1] for p, w in zip(prompts, want)], torch.bfloat16, "cuda")
     decisive = 0
     for k, (p, g, w, logits) in enumerate(zip(prompts, got, want, ref)):
         steps = logits[len(p) - 1:]  # row i: the logits that chose w[i]

@@ -2,9 +2,9 @@
 architecture (tiny checkpoints, head_dim 64) within 2e-2 relative error (max |ours - ref| /
 max |ref|) of transformers' bf16 (the tiny MoE, whose router flips on near-ties: of its
 float32, as closely as transformers' own bf16 run comes); and 16 greedy tokens of 40 prompts
-against transformers' bf16, with and without mixed prefill/decode batches. bf16 rounding may flip a near-tie now and then
-(after a flip the continuations differ), so wherever the tokens part, transformers' own logits
-must show a near-tie there: the two picks within 2e-2 relative. Every prompt whose reference
+against transformers' bf16, with and without mixed prefill/decode batches. bf16 rounding may
+flip a near-tie now and then (after a flip the continuations differ), so wherever the tokens
+part, transformers' own logits must show a near-tie there: the two picks within 2e-2 relative. Every prompt whose reference
 path has no near-tie thus matches token for token."""
 from __future__ import annotations
 

@@ -96,6 +96,6 @@ def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen
     got = generate(path, prompts, 16, graphs=True, dtype="bfloat16", device="cuda", page_size=16,
                    max_running_requests=32)
     paths = [p + w[:-1] for p, w in zip(prompts, want)]
-    bound = bf16_bound(hf_logits(ref, paths, torch.bfloat16, "cuda"),
-                       hf_logits(ref, paths, torch.float32, "cuda"), REL_TOL / 2)
-    assert_greedy_parts_only_at_ties(ref, prompts, got, want, 2 * bound, ref_dtype=torch.float32)
+    exact = hf_logits(ref, paths, torch.float32, "cuda")
+    bound = bf16_bound(hf_logits(ref, paths, torch.bfloat16, "cuda"), exact, REL_TOL / 2)
+    assert_greedy_parts_only_at_ties(ref, prompts, got, want, 2 * bound, ref=exact)

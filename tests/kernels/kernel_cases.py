@@ -308,7 +308,8 @@ def fp8_weight_case(n: int, k: int, block: tuple[int, int] | None, gen: torch.Ge
     w = (torch.randn(n, k, generator=gen) * 32).clamp(-448, 448).to(torch.float8_e4m3fn)
     every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
     every = every[~every.float().isnan()]  # all 254 finite values, subnormals and -0 included
-    w[0, :every.numel()] = every[:k]
+    shown = min(k, every.numel())
+    w[0, :shown] = every[:shown]
     shape = (n,) if block is None else (-(-n // block[0]), -(-k // block[1]))
     scale = (torch.rand(shape, generator=gen) + 0.5) / (32 * k**0.5)
     if block is None:
