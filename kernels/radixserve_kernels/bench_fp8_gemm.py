@@ -2,7 +2,8 @@
 radixserve_kernels.bench_fp8_gemm [--sweep]`. Qwen3-8B's four projections, 1/16/64 rows, µs per
 call timed inside a CUDA graph with the weights rotated past L2 (`bench_gemm.graph_us`): bf16
 through the layers' own path (the skinny kernel up to 16 rows, cuBLAS above) against the FP8
-weight with 128x128 block scales in the layers' layout (one scale per row and 128 columns) and
+weight with 128x128 block scales as the layers keep a checkpoint's (one row of scales a block),
+with one scale a row and 128 columns (the layers' layout where a piece starts mid-block) and
 with per-row scales. `--sweep` also tries a grid of tile configurations for the block-scaled
 weight, to retune `fp8_gemv_config` (one row) and `fp8_gemm_config`."""
 from __future__ import annotations
@@ -19,7 +20,7 @@ from radixserve_kernels.bench_gemm import COPIES, graph_us, us_with_config
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (24576, 4096),
           "down_proj": (4096, 12288)}
 ROWS = (1, 16, 64)
-ONE_ROW_SWEEP = list(itertools.product([4, 8, 16], [256, 512, 1024, 2048], [4, 8], [1, 2, 3]))
+ONE_ROW_SWEEP = list(itertools.product([2, 4, 8, 16, 32], [512, 1024, 2048, 4096], [2, 4, 8], [1]))
 TILED_SWEEP = {16: list(itertools.product([16], [16, 32, 64], [128], [4], [3, 4, 6])),
                64: list(itertools.product([32, 64], [32, 64, 128], [128], [4, 8], [3, 4, 6]))}
 
@@ -40,6 +41,7 @@ def main() -> None:
         wb = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64 for _ in range(COPIES)]
         wq = [(w * 64 * 8).clamp(-448, 448).to(torch.float8_e4m3fn) for w in wb]
         blocks = [torch.rand(n, -(-k // 128), device="cuda") / 512 for _ in range(COPIES)]
+        squares = [b[::128].contiguous() for b in blocks]
         rows = [torch.rand(n, device="cuda") / 512 for _ in range(COPIES)]
         for m in ROWS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -49,14 +51,15 @@ def main() -> None:
                 return F.linear(x, wb[r % COPIES])
 
             bf16 = graph_us(bf16_call)
+            sq = fp8_us(x, wq, squares, (128, 128))
             blk = fp8_us(x, wq, blocks, (1, 128))
             row = fp8_us(x, wq, rows, None)
-            line = (f"{name:13s} [{n}x{k}] rows {m:2d}  bf16 {bf16:7.2f} us  fp8 block "
-                    f"{blk:7.2f} us ({bf16 / blk:4.2f}x, {n * k / blk / 1e6:4.2f} TB/s)  fp8 row "
-                    f"{row:7.2f} us ({bf16 / row:4.2f}x)")
+            line = (f"{name:13s} [{n}x{k}] rows {m:2d}  bf16 {bf16:7.2f} us  fp8 128x128 "
+                    f"{sq:7.2f} us ({bf16 / sq:4.2f}x, {n * k / sq / 1e6:4.2f} TB/s)  1x128 "
+                    f"{blk:7.2f} us ({bf16 / blk:4.2f}x)  row {row:7.2f} us ({bf16 / row:4.2f}x)")
             if args.sweep:
                 grid = ONE_ROW_SWEEP if m == 1 else TILED_SWEEP[m]
-                best = sorted((fp8_us(x, wq, blocks, (1, 128), c), c) for c in grid)[:4]
+                best = sorted((fp8_us(x, wq, squares, (128, 128), c), c) for c in grid)[:4]
                 line += "  best: " + " ".join(f"{us:.2f}{c}" for us, c in best)
             print(line, flush=True)
 

@@ -1,8 +1,8 @@
 """`x @ dequant(W).T (+ b)` with W kept in FP8 (e4m3): weight-only dequantization in registers.
 
 The weight is read as stored (one byte a weight, half of bf16's: what a decode step at small batch
-spends its time on), widened to x's dtype inside the kernel (every e4m3 value is exact in bf16,
-fp16 and fp32), and each product is scaled in float32 by the weight's scale:
+spends its time on), widened inside the kernel (every e4m3 value is exact in bf16, fp16 and fp32),
+and each product is scaled in float32 by the weight's scale:
 
 - per output row: `scale` [N] (per-channel, or a per-tensor scale repeated), applied once per
   output at the end;
@@ -11,7 +11,7 @@ fp16 and fp32), and each product is scaled in float32 by the weight's scale:
   row and bk columns (a layer's scales after its rows were cut or fused, `layers/fp8_linear.py`).
 
 Activations are not quantized: the result is the reference's `x @ (W_fp8 * scale).T` up to float32
-summation order. One row takes a kernel without tensor cores (as `gemv.py`), more rows a tiled
+summation order. One row takes a kernel without tensor cores (as `gemv.py`); more rows a tiled
 `tl.dot` kernel whose programs each stream a slab of weight rows for up to BLOCK_M rows of x.
 """
 from __future__ import annotations
@@ -42,12 +42,15 @@ def fp8_gemm_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
 
 
 def fp8_gemv_config(n: int, k: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps, num_stages) of the one-row kernel for an [n, k] FP8 weight:
-    the bf16 kernel's (`gemv_config`) bytes of a row per step, so twice its columns, from 1,024
-    (a 128-column group's scales are then 8 loads a row a step)."""
-    if k >= 2048:
-        return 8, 1024, 8, 3
-    return (8, 512, 4, 2) if n >= 6144 else (4, 1024, 4, 1)
+    """(BLOCK_N, BLOCK_K, num_warps, num_stages) of the one-row kernel for an [n, k] FP8 weight,
+    from a sweep of Qwen3-8B's projections on an H100 (`bench_fp8_gemm --sweep`): four warps
+    throughout (eight took up to a fifth longer), long rows in 2,048-column steps, the widest
+    weights 16 rows a program. Stages change nothing: the loop's loads are not pipelined."""
+    if k >= 8192:
+        return 4, 2048, 4, 1
+    if n >= 16384:
+        return 16, 512, 4, 1
+    return (4, 1024, 4, 1) if n >= 6144 else (8, 1024, 4, 1)
 
 
 def fp8_gemm_config(m: int, n: int, k: int) -> tuple[int, int, int, int, int]:
@@ -71,39 +74,20 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
              block: tuple[int, int] | None = None) -> torch.Tensor:
     """Triton twin of `fp8_gemm_ref` for x [M, K] (rows may be strided, last dim contiguous) in
     bf16, fp16 or fp32 and an FP8 weight [N, K], contiguous; y [M, N] in x's dtype."""
-    from radixserve_kernels._jit.fp8_gemv import fp8_gemm_kernel, fp8_gemv_kernel
+    from radixserve_kernels._jit.fp8_gemv import fp8_gemm_kernel
 
     m, k = x.shape
     n = weight.shape[0]
-    assert weight.dtype == FP8_WEIGHT_DTYPE and weight.is_contiguous(), "a contiguous e4m3 weight"
     assert weight.shape[1] == k, f"x has {k} columns, the weight {weight.shape[1]}"
-    scale = scale.float()
-    if block is None:
-        assert scale.numel() == n, f"a row scale needs {n} values, got {tuple(scale.shape)}"
-        scale_n, group_k, s_sn = 1, 0, 1
-        scale = scale.reshape(n).contiguous()
-    else:
-        scale_n, group_k = block
-        want = (cdiv(n, scale_n), cdiv(k, group_k))
-        assert tuple(scale.shape) == want, f"block scales {tuple(scale.shape)}, expected {want}"
-        assert scale.stride(1) == 1, "block scales must be contiguous along K"
-        s_sn = scale.stride(0)
+    layout = _scale_layout(weight, scale, block)
+    scale, (scale_n, group_k, s_sn) = layout[0], layout[1:]
     if x.stride(-1) != 1:
         x = x.contiguous()
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    b = bias if bias is not None else scale
     if m == 1:
-        block_n, block_k, warps, stages = fp8_gemv_config(n, k)
-        tile_k = block_k if group_k == 0 else _tile_k(group_k, block_k)
-        fp8_gemv_kernel[(cdiv(n, block_n),)](
-            x, weight, scale, b, y, n, k, weight.stride(0), s_sn,
-            SCALE_N=scale_n, GROUP_K=group_k, HAS_BIAS=bias is not None, BLOCK_N=block_n,
-            GROUPS=block_k // tile_k, TILE_K=tile_k,
-            num_warps=warps, num_stages=stages, **pdl_args(x),
-        )
-        return y
+        return _fp8_gemv(x, weight, layout, bias, y)
     block_m, block_n, block_k, warps, stages = fp8_gemm_config(m, n, k)
     if group_k:
         block_k = _tile_k(group_k, block_k)
@@ -111,9 +95,44 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             raise ValueError(f"block scales over {group_k} columns: tl.dot needs steps of 16 "
                              "columns inside one scale group")
     fp8_gemm_kernel[(cdiv(n, block_n), cdiv(m, block_m))](
-        x, weight, scale, b, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), s_sn,
+        x, weight, scale, bias if bias is not None else scale, y, m, n, k, x.stride(0),
+        weight.stride(0), y.stride(0), s_sn,
         SCALE_N=scale_n, GROUP_K=group_k, HAS_BIAS=bias is not None,
         PRECISION=dot_precision(x.dtype), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=warps, num_stages=stages, **pdl_args(x),
+    )
+    return y
+
+
+def _scale_layout(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] | None
+                  ) -> tuple[torch.Tensor, int, int, int]:
+    """(float32 scales, rows a scale covers, columns a scale covers (0: the whole row), the
+    scales' row stride), checked against the weight [N, K]."""
+    assert weight.dtype == FP8_WEIGHT_DTYPE and weight.is_contiguous(), "a contiguous e4m3 weight"
+    n, k = weight.shape
+    scale = scale.float()
+    if block is None:
+        assert scale.numel() == n, f"a row scale needs {n} values, got {tuple(scale.shape)}"
+        return scale.reshape(n).contiguous(), 1, 0, 1
+    want = (cdiv(n, block[0]), cdiv(k, block[1]))
+    assert tuple(scale.shape) == want, f"block scales {tuple(scale.shape)}, expected {want}"
+    assert scale.stride(1) == 1, "block scales must be contiguous along K"
+    return scale, block[0], block[1], scale.stride(0)
+
+
+def _fp8_gemv(x: torch.Tensor, weight: torch.Tensor, layout: tuple[torch.Tensor, int, int, int],
+              bias: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """The one-row kernel into y [1, N]."""
+    from radixserve_kernels._jit.fp8_gemv import fp8_gemv_kernel
+
+    n, k = weight.shape
+    scale, scale_n, group_k, s_sn = layout
+    block_n, block_k, warps, stages = fp8_gemv_config(n, k)
+    tile_k = block_k if group_k == 0 else _tile_k(group_k, block_k)
+    fp8_gemv_kernel[(cdiv(n, block_n),)](
+        x, weight, scale, bias if bias is not None else scale, y, n, k,
+        weight.stride(0), s_sn, SCALE_N=scale_n, GROUP_K=group_k, HAS_BIAS=bias is not None,
+        BLOCK_N=block_n, GROUPS=block_k // tile_k, TILE_K=tile_k,
         num_warps=warps, num_stages=stages, **pdl_args(x),
     )
     return y

@@ -332,3 +332,38 @@ def test_dense_mlp_fuses_silu_into_the_down_projection_for_one_16bit_row(monkeyp
         m.setattr(kernel_path, "use_triton", lambda t: True)
         mlp.to(torch.bfloat16)(torch.randn(1, 40, generator=gen).bfloat16())
     assert fused == []
+
+
+def test_block_scales_compact_only_over_rows_that_share_them(monkeypatch) -> None:
+    """A block-FP8 layer keeps one row of scales per aligned group of rows that share them (16 or
+    more): 128 for whole blocks, 64 where a piece starts mid-block, none for an 8-row piece. The
+    one-row kernel over the compact scales (one scale a program) gives the per-row layer's result
+    up to float32 rounding, and the reference path the same bits."""
+    from radixserve.layers.fp8_linear import compact_block_scales, to_fp8_linear
+    from radixserve.layers.linear import ReplicatedLinear
+    from radixserve.utils import kernel_path
+
+    gen = torch.Generator().manual_seed(8)
+
+    def blocks(*counts: int) -> torch.Tensor:  # rows of consecutive pieces, each its own scales
+        return torch.cat([(torch.rand(1, 3, generator=gen) + 0.5).expand(c, 3) for c in counts])
+
+    for rows_of, want in [((128, 128), 128), ((64, 128, 64), 64), ((8, 120, 128), 1)]:
+        layer = ReplicatedLinear(300, 256, bias=False)
+        to_fp8_linear(layer, block_k=128)
+        layer.weight.data = (torch.randn(256, 300, generator=gen) * 64).clamp(-448, 448).to(
+            layer.weight.dtype)
+        layer.weight_scale.data = blocks(*rows_of) / 256
+        per_row = layer.weight_scale.clone()
+        x = torch.randn(1, 300, generator=gen).to(torch.float16)
+        ref_before = layer(x)  # CPU path: the torch reference
+        with monkeypatch.context() as m:
+            m.setattr(kernel_path, "use_triton", lambda t: True)
+            before = layer(x)
+            assert compact_block_scales(layer) == want == layer.scale_block_n
+            after = layer(x)
+        assert layer.weight_scale.shape == (-(-256 // want), 3)
+        assert torch.equal(layer.weight_scale.repeat_interleave(want, 0)[:256], per_row)
+        torch.testing.assert_close(after, before, rtol=2e-3, atol=2e-3)
+        assert torch.equal(layer(x), ref_before)
+        assert compact_block_scales(layer) == want  # once only

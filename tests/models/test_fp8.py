@@ -174,13 +174,21 @@ def test_block_fp8_gemm_path_keeps_checkpoint_bytes_and_block_scales(fp8, tp_ran
     assert qkv.weight.dtype == torch.float8_e4m3fn and qkv.scale_block_k == BLOCK[1]
     want_w = torch.cat([w["q"][32:64], w["k"][16:32], w["v"][16:32]])
     assert torch.equal(qkv.weight.view(torch.uint8), want_w.view(torch.uint8))
-    assert torch.equal(qkv.weight_scale, torch.cat([s["q"][32:64], s["k"][16:32], s["v"][16:32]]))
+    # once loaded, the scales are kept one row per aligned group of rows that share them: the
+    # rank's q rows are one 32-row block, its k and v rows half a block each, so groups of 16
+    assert qkv.scale_block_n == 16 and qkv.weight_scale.shape == (4, 64 // BLOCK[1])
+    assert torch.equal(_per_row(qkv), torch.cat([s["q"][32:64], s["k"][16:32], s["v"][16:32]]))
     o = model.model.layers[0].self_attn.o_proj
     assert torch.equal(o.weight.view(torch.uint8),
                        tensors[p + "o_proj.weight"][:, 32:].view(torch.uint8))
     o_scale = _row_blocks(tensors[p + "o_proj.weight_scale_inv"], 64)
-    assert o.weight_scale.shape == (64, 32 // BLOCK[1])
-    assert torch.equal(o.weight_scale, o_scale[:, 32 // BLOCK[1]:])
+    assert o.scale_block_n == BLOCK[0] and o.weight_scale.shape == (2, 32 // BLOCK[1])
+    assert torch.equal(_per_row(o), o_scale[:, 32 // BLOCK[1]:])
+
+
+def _per_row(layer: torch.nn.Module) -> torch.Tensor:
+    """A layer's block scales repeated over the rows each covers: [rows, cols / bk]."""
+    return layer.weight_scale.repeat_interleave(layer.scale_block_n, 0)[:layer.weight.shape[0]]
 
 
 @pytest.mark.parametrize("corrupt", [False, True])
@@ -235,7 +243,8 @@ def test_static_activation_scales_are_read_and_left_unused(fp8, tmp_path, monkey
 
 def test_dummy_block_fp8_weights(tmp_path, monkeypatch):
     """`load_format="dummy"` with a block-FP8 config, where FP8 weights are kept: every linear
-    layer FP8 with positive scales in the block layout, logits of a usable spread."""
+    layer FP8 with positive scales, one a 128x128 block as a checkpoint's (so the layers keep one
+    row of scales a block), logits of a usable spread."""
     from radixserve.bench.presets import fp8_block_dir
 
     src = write_tiny_checkpoint("qwen3", tmp_path / "src")
@@ -248,7 +257,8 @@ def test_dummy_block_fp8_weights(tmp_path, monkeypatch):
                 layer.mlp.down_proj):
         rows, cols = lin.weight.shape
         assert lin.weight.dtype == torch.float8_e4m3fn and lin.scale_block_k == 128
-        assert lin.weight_scale.shape == (rows, -(-cols // 128)) and (lin.weight_scale > 0).all()
+        assert lin.scale_block_n == 128 and (lin.weight_scale > 0).all()
+        assert lin.weight_scale.shape == (-(-rows // 128), -(-cols // 128))
     logits = our_logits(model, IDS)
     assert logits.isfinite().all() and logits.std() > 0.1
 

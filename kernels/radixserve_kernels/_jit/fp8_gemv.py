@@ -66,7 +66,13 @@ def fp8_gemv_kernel(
         w = tl.load(w_row[:, None, None] + col[None, :, :],
                     mask=nm[:, None, None] & km[None, :, :], other=0.0).to(tl.float32)
         x = tl.load(x_ptr + col, mask=km, other=0.0).to(tl.float32)
-        if GROUP_K > 0:
+        if GROUP_K > 0 and SCALE_N % BLOCK_N == 0:
+            # the program's rows share their scales (programs never straddle a block's rows):
+            # x is scaled once per column rather than every product once
+            s = tl.load(s_ptr + (tl.program_id(0) * BLOCK_N // SCALE_N).to(tl.int64) * s_sn
+                        + kg // GROUP_K, mask=kg < K, other=0.0)
+            acc += w * (x * s[:, None])[None, :, :]
+        elif GROUP_K > 0:
             s = tl.load(s_row[:, None] + (kg // GROUP_K)[None, :],
                         mask=nm[:, None] & (kg < K)[None, :], other=0.0)
             acc += w * x[None, :, :] * s[:, :, None]

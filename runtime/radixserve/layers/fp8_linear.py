@@ -45,6 +45,27 @@ def to_fp8_linear(layer: nn.Module, block_k: int | None = None) -> None:
     layer.weight_scale = nn.Parameter(
         torch.empty(shape, dtype=torch.float32, device=w.device), requires_grad=False)
     layer.scale_block_k = block_k
+    layer.scale_block_n = 1
+
+
+@torch.no_grad()
+def compact_block_scales(layer: nn.Module, max_rows: int = 128) -> int:
+    """Where a block-scaled FP8 layer's per-row scales repeat over aligned groups of rows (a
+    checkpoint's 128-row blocks, unless a fused projection or a rank's shard starts mid-block),
+    keep one row of scales a group: the one-row kernel then scales each column of x once per
+    program rather than every product. The rows a scale row covers, at least 16 (1: unchanged)."""
+    s = layer.weight_scale
+    if s is None or layer.scale_block_k is None or layer.scale_block_n != 1:
+        return layer.scale_block_n if s is not None else 1
+    rows = max_rows
+    while rows >= 16:
+        compact = s[::rows]
+        if torch.equal(compact.repeat_interleave(rows, 0)[:s.shape[0]], s):
+            layer.weight_scale = nn.Parameter(compact.contiguous(), requires_grad=False)
+            layer.scale_block_n = rows
+            return rows
+        rows //= 2
+    return 1
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,15 +76,14 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
-               block_k: int | None = None) -> torch.Tensor:
+               block: tuple[int, int] | None = None) -> torch.Tensor:
     """x [..., in] @ (weight [out, in] FP8 * weight_scale).T (+ bias) in x's dtype: scales
-    [out] (one a row) or, with `block_k`, [out, ceil(in / block_k)].
+    [out] (one a row) or, with `block` (rows, columns), [ceil(out / rows), ceil(in / columns)].
     NOTE: row-wise scaled FP8 GEMMs on CUDA only write bfloat16 (cast to x's dtype after); the
     CPU implementation, used by tests, writes x's dtype."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
-    if block_k is not None or (x2.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
-        block = None if block_k is None else (1, block_k)
+    if block is not None or (x2.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
         gemm = fp8_gemm if kernel_path.use_triton(x) else fp8_gemm_ref
         y = gemm(x2, weight, weight_scale, bias, block).reshape(*shape[:-1], weight.shape[0])
         return y if out is None else out.copy_(y)

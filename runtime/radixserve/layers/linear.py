@@ -18,15 +18,15 @@ from radixserve_kernels import SKINNY_MAX_M, silu_mul_gemv, skinny_gemm
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out: torch.Tensor | None = None,
            weight_scale: torch.Tensor | None = None,
-           scale_block_k: int | None = None) -> torch.Tensor:
+           scale_block: tuple[int, int] | None = None) -> torch.Tensor:
     """`F.linear`, except that a few rows of a 16-bit activation on CUDA (decode at small batch)
     take the skinny Triton kernel, which streams the weight at a higher share of the bandwidth
     than cuBLAS picks there. float32 stays on cuBLAS: its results are the parity reference.
     `out` (x [T, in] only): a contiguous [T, out] buffer the product is written to.
     `weight_scale`: the weight is FP8 with these scales, one a row ([out]) or, with
-    `scale_block_k`, one a row and `scale_block_k` input columns (`fp8_linear`)."""
+    `scale_block` (rows, columns), one a block (`fp8_linear`)."""
     if weight_scale is not None:
-        return fp8_linear(x, weight, weight_scale, bias, out, scale_block_k)
+        return fp8_linear(x, weight, weight_scale, bias, out, scale_block)
     if (x.dim() == 2 and x.shape[0] <= SKINNY_MAX_M and x.dtype != torch.float32
             and kernel_path.use_triton(x)):
         y = skinny_gemm(x, weight, bias)
@@ -45,12 +45,19 @@ class _Linear(nn.Module):
         self.weight = new_param(out_local, in_local)
         self.bias = new_param(out_local) if bias else None
         # an FP8 checkpoint's scales, where the weight stays FP8 (`to_fp8_linear`): one a row, or
-        # one a row and `scale_block_k` input columns
+        # one a block of `scale_block_n` rows (1 until `compact_block_scales`) and
+        # `scale_block_k` input columns
         self.register_parameter("weight_scale", None)
         self.scale_block_k: int | None = None
+        self.scale_block_n = 1
+
+    @property
+    def scale_block(self) -> tuple[int, int] | None:
+        """(rows, columns) a block scale covers; None: one scale a row, or no FP8 weight."""
+        return None if self.scale_block_k is None else (self.scale_block_n, self.scale_block_k)
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block_k)
+        return linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block)
 
 
 class ReplicatedLinear(_Linear):
@@ -90,9 +97,9 @@ class RowParallelLinear(_Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
             return linear(x, self.weight, self.bias, weight_scale=self.weight_scale,
-                          scale_block_k=self.scale_block_k)
+                          scale_block=self.scale_block)
         return self._sum_ranks(linear(x, self.weight, weight_scale=self.weight_scale,
-                                      scale_block_k=self.scale_block_k))
+                                      scale_block=self.scale_block))
 
     def _sum_ranks(self, partial: torch.Tensor) -> torch.Tensor:
         """The ranks' partial products summed, plus the bias (kept whole, added once)."""

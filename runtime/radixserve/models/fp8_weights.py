@@ -21,7 +21,12 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import nn
 
-from radixserve.layers.fp8_linear import FP8_DTYPE, fits_scaled_mm, to_fp8_linear
+from radixserve.layers.fp8_linear import (
+    FP8_DTYPE,
+    compact_block_scales,
+    fits_scaled_mm,
+    to_fp8_linear,
+)
 from radixserve.layers.lazy_weight import LazyWeight, materialize
 from radixserve.layers.linear import RowParallelLinear, _Linear
 from radixserve.models.quantization import Fp8Scheme
@@ -157,9 +162,20 @@ def dummy_fp8_layers(model: nn.Module, scheme: Fp8Scheme) -> int:
         to_fp8_layer(layer, scheme)
         w, s = layer.weight, layer.weight_scale
         w.copy_(torch.randn(w.shape, device=w.device).mul_(64).clamp_(-448, 448))
-        s.uniform_(0.5, 1.5).mul_(w.shape[1] ** -0.5 / 64)
+        if scheme.block is None:
+            s.uniform_(0.5, 1.5)
+        else:  # one scale a checkpoint block, repeated over its rows as a loaded layer holds it
+            blocks = torch.empty(-(-s.shape[0] // scheme.block[0]), s.shape[1], device=s.device)
+            s.copy_(blocks.uniform_(0.5, 1.5).repeat_interleave(scheme.block[0], 0)[:s.shape[0]])
+        s.mul_(w.shape[1] ** -0.5 / 64)
         count += 1
     return count
+
+
+def compact_fp8_scales(model: nn.Module) -> int:
+    """`compact_block_scales` on every block-scaled FP8 layer, once its scales are loaded; the
+    number of layers whose scales now cover several rows."""
+    return sum(compact_block_scales(m) > 1 for m in model.modules() if isinstance(m, _Linear))
 
 
 def fp8_weights(

@@ -15,6 +15,7 @@ from radixserve.layers.lazy_weight import LazyWeight
 from radixserve.models.architectures import get_model_class
 from radixserve.models.base import BaseCausalLM
 from radixserve.models.fp8_weights import (
+    compact_fp8_scales,
     dummy_fp8_layers,
     fp8_weights,
     keep_fp8_layers,
@@ -149,6 +150,8 @@ def load_model(
         model.load_weights(fp8_weights(checkpoint(), scales, fp8, kept))
         logger.info("FP8 weights (%s, %s scales): %d linear weights stay FP8, the rest dequantized "
                     "to %s", fp8.method, fp8.granularity, len(kept), dtype)
+    if fp8 is not None and fp8.block is not None:
+        logger.info("FP8 block scales shared by aligned rows: %d layers", compact_fp8_scales(model))
     if fp8 is not None and torch.device(device).type == "cuda":
         # NOTE: the 16-bit weights FP8 layers replaced are free but cached by the allocator; the
         # KV cache is sized from the driver's free memory, so hand them back first
