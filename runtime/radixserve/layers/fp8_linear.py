@@ -5,12 +5,13 @@ reads), on CUDA:
   take the weight-only Triton kernel (`radixserve_kernels.fp8_gemm`: the weight widened in
   registers, activations as they are); more rows quantize each activation row with its own scale
   and run `torch._scaled_mm` with both scales (row-wise scaling: cuBLASLt on Hopper).
-- block scales (`weight_scale` [out, ceil(in / block_k)]: the checkpoint's bn x bk block scales
-  repeated over each block's rows, so a fused QKV or gate-up weight and a rank's row shard keep
-  their own rows' scales wherever they start in a block): every row count takes the Triton kernel,
-  tiled above 16 rows (weight-only dequantization, no activation rounding; at prefill sizes a
-  Triton tile GEMM rather than cuBLAS). CPU tensors (tests forcing this path) take its torch
-  reference, which dequantizes the weight on each call.
+- block scales (`weight_scale` [out, ceil(in / block_k)] while loading: the checkpoint's bn x bk
+  block scales repeated over each block's rows, so a fused QKV or gate-up weight and a rank's row
+  shard keep their own rows' scales wherever they start in a block; after loading, one row of
+  scales per aligned group of rows that share them, `compact_block_scales`): every row count
+  takes the Triton kernel, tiled above 16 rows (weight-only dequantization, no activation
+  rounding; at prefill sizes a Triton tile GEMM rather than cuBLAS). CPU tensors (tests forcing
+  this path) take its torch reference, which dequantizes the weight on each call.
 
 Without a kept weight (CPU, float32 models) FP8 checkpoints are dequantized at load
 (`models/fp8_weights.py`)."""
