@@ -161,6 +161,7 @@ def run_latency(args: argparse.Namespace) -> int:
     from radixserve.bench.breakdown import format_breakdown
     from radixserve.bench.latency import decode_step_detail, decode_step_ms
     from radixserve.bench.offline import allreduce_desc
+    from radixserve.bench.weight_bound import bound_ms, copy_bandwidth, weight_bytes_per_step
     from radixserve.distributed.allreduce_choice import ENV
     from radixserve.scheduler.tp_launch import scheduler_group
 
@@ -170,6 +171,10 @@ def run_latency(args: argparse.Namespace) -> int:
         raise SystemExit("bench latency: --breakdown times one process; run it with --tp 1")
     engines = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
+    from radixserve.engine.device import resolve_device
+
+    # the device's copy rate, measured before any engine holds its memory
+    bandwidth = copy_bandwidth(resolve_device(eng.device))
     for (quant, eng), mode in itertools.product(engines, modes):
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
             tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
@@ -182,9 +187,15 @@ def run_latency(args: argparse.Namespace) -> int:
                   f"attention {type(sched.engine.attn_backend).__name__}, "
                   f"CUDA graphs {'on' if sched.engine.graph_runner else 'off'}, overlap "
                   f"{'on' if sched.overlap else 'off'}", flush=True)
+            weight_bytes = weight_bytes_per_step(sched.engine.model)
+            bound = bound_ms(weight_bytes, bandwidth)
             for i, bs in enumerate(args.batch_sizes):
                 ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
-                print(f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s", flush=True)
+                line = f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s"
+                if bs == 1:
+                    line += (f"  {bound / ms:4.0%} of the weight-read bound ({weight_bytes / 1e9:.4g}"
+                             f" GB a step at {bandwidth / 1e12:.4g} TB/s copy: {bound:.4g} ms)")
+                print(line, flush=True)
             for i, bs in enumerate(args.batch_sizes if args.profile or args.breakdown else []):
                 print(f"batch {bs:>4}, more steps after every timed batch size:", flush=True)
                 parts = decode_step_detail(sched, bs, args.input_len, args.steps,
