@@ -8,6 +8,7 @@ outlives the cluster) records the build's key.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from . import node
@@ -35,8 +36,26 @@ def load_images(state: Path) -> None:
             print(f"[deploy] {name}: already on the node as {', '.join(tags)}", flush=True)
             continue
         print(f"[deploy] importing {archive} into the node's containerd", flush=True)
+        short = disk_shortfall(node.layout(state).images, archive.stat().st_size)
+        if short:
+            print(f"[deploy] warning: {short}", flush=True)
         node.import_image(state, archive, images.IMAGES[name].tag, tags)
         stamp.write_text(key)
+
+
+def disk_shortfall(images_root: Path, archive_bytes: int) -> str | None:
+    """Why an import of that size may leave the node short of disk, or None. An import stores the
+    archive's content and unpacks it (about twice its size), and the kubelet, below 1% free,
+    evicts and deletes the images it can (images here are imported, never pulled back)."""
+    images_root.mkdir(parents=True, exist_ok=True)
+    disk = shutil.disk_usage(images_root)
+    need = 2 * archive_bytes + disk.total // 100
+    if disk.free >= need:
+        return None
+    return (f"{disk.free / 1e9:.1f} GB free where the node keeps its images ({images_root}); "
+            f"this import takes up to {2 * archive_bytes / 1e9:.1f} GB and the kubelet deletes "
+            f"images below {disk.total / 100 / 1e9:.1f} GB free. Free disk: old image builds "
+            "(`python3 -m scripts.images clean`), the archives under ~/.cache/radixserve/images")
 
 
 def install_chart(kubeconfig: Path, values: dict | None = None) -> None:

@@ -214,11 +214,10 @@ def up(state: Path, bins: Path, kubeconfig: Path, ca_file: Path, api: Api,
         _wait(state, name, binary, healthy, timeout_s)
         say(f"{name}: ready")
         if name == "containerd":
-            # NOTE: imported at every start, though the images outlive the node: containerd's CRI
-            # keeps its own image cache, filled at start-up (skipping an image whose content it
-            # cannot read) and by image events, and an image it missed fails every pod sandbox
-            # with "failed to get sandbox image" while `ctr images ls` lists it. An import (a few
-            # KB) rewrites any missing blob and sends CRI the event.
+            # NOTE: imported at every start (a few KB), though the images outlive the node: a
+            # kubelet that reached disk pressure deleted it as an unused image, and every pod
+            # sandbox then failed with "failed to get sandbox image" (the disk is kept by
+            # `scripts/images/prune.py`; `deploy.disk_shortfall` warns before an import)
             archive = f / "pause.tar"
             archive.write_bytes(_pause_archive(bins))
             import_image(state, archive, SANDBOX_IMAGE)

@@ -17,6 +17,7 @@ from .cachekey import files_digest, image_key
 from .context import context_files, with_dockerfile
 from .paths import REPO, archives_dir, cache_root, logs_dir, wheelhouse
 from .progress import fmt, log, run_logged
+from .prune import prune_after_build
 from .specs import BASE_TAG, IMAGES, ImageSpec
 from .tools import ensure_tools
 from .wheelhouse import fill, locks_digest, stage_config
@@ -81,12 +82,15 @@ def _build(spec: ImageSpec, force: bool) -> Path:
     if not force and is_current(archive, key):
         log(f"{name}: archive current ({archive})")
         return archive
-    log(f"{name}: buildah bud --target {spec.target} (log: {logs_dir() / f'bud-{name}.log'})")
+    bud_log = logs_dir() / f"bud-{name}.log"
+    log(f"{name}: buildah bud --target {spec.target} (log: {bud_log})")
     run_logged(buildah.bud_command(REPO, spec.target, spec.tag, wheelhouse(), args),
-               logs_dir() / f"bud-{name}.log", f"{name} build")
+               bud_log, f"{name} build")
+    prune_after_build(name, bud_log)
     archive.parent.mkdir(parents=True, exist_ok=True)
     part = archive.with_suffix(".tar.part")
     part.unlink(missing_ok=True)
+    archive.unlink(missing_ok=True)  # stale: not kept beside its replacement (GBs at once)
     run_logged(buildah.push_command(spec.tag, part), logs_dir() / f"push-{name}.log",
                f"{name} archive")
     part.rename(archive)
