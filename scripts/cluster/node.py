@@ -39,6 +39,7 @@ from .node_config import (
     kubelet_yaml,
     resolv_conf,
 )
+from .node_image_ids import drop_stale_ids
 
 ENV_NODE = "RADIXSERVE_CLUSTER_NODE"
 ORDER = ("containerd", "coredns", "kube-proxy", "kubelet")
@@ -160,6 +161,7 @@ def import_image(state: Path, archive: Path, name: str, tags: tuple[str, ...] = 
         tagged = _ctr(lay, "images", "tag", name, tag, timeout=60)
         if tagged.returncode != 0:
             raise NodeError(f"ctr images tag {name} {tag}: {tagged.stderr.strip()}")
+    drop_stale_ids(lambda *args, timeout: _ctr(lay, *args, timeout=timeout))
 
 
 def _components(lay: Layout, bins: Path, kubeconfig: Path, api: Api) -> list[tuple[str, list[str], Callable[[], bool], float]]:

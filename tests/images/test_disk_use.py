@@ -1,8 +1,8 @@
 """The disk the images and the node share: after each build, the dangling images that no target's
 latest build named are removed (a stand-in `buildah` on PATH lists them and records what is
 removed): an old build's leftovers go, the layers any target's last build committed or took from
-the cache stay. An import that could take the node below the kubelet's eviction margin is named
-before it runs."""
+the cache stay. The node's containerd drops the ID-only records of images no tag uses. An import
+that could take the node below the kubelet's eviction margin is named before it runs."""
 
 from __future__ import annotations
 
@@ -103,3 +103,45 @@ def test_an_import_that_could_run_the_node_short_of_disk_is_named(tmp_path: Path
     assert (note is not None) == warned
     if warned:
         assert "13.5 GB free" in note and "11.3 GB" in note and "2.5 GB free" in note
+
+
+LISTING = """\
+REF                                          TYPE                                                 DIGEST            SIZE      PLATFORMS   LABELS
+ghcr.io/radixserve/radixserve:0.1.0-cpu      application/vnd.docker.distribution.manifest.v2+json sha256:m-new-cpu  5.7 GiB   linux/amd64 -
+localhost/radixserve-cpu:dev                 application/vnd.docker.distribution.manifest.v2+json sha256:m-new-cpu  5.7 GiB   linux/amd64 -
+localhost/radixserve-pause:3.10              application/vnd.oci.image.index.v1+json              sha256:i-pause    1.4 MiB   linux/amd64 -
+sha256:c-new-cpu                             application/vnd.docker.distribution.manifest.v2+json sha256:m-new-cpu  5.7 GiB   linux/amd64 io.cri-containerd.image=managed
+sha256:c-old-cpu                             application/vnd.docker.distribution.manifest.v2+json sha256:m-old-cpu  5.7 GiB   linux/amd64 io.cri-containerd.image=managed
+sha256:c-pause                               application/vnd.oci.image.index.v1+json              sha256:i-pause    1.4 MiB   linux/amd64 io.cri-containerd.image=managed
+"""
+BLOBS = {"sha256:m-new-cpu": {"config": {"digest": "sha256:c-new-cpu"}},
+         "sha256:m-old-cpu": {"config": {"digest": "sha256:c-old-cpu"}},
+         "sha256:i-pause": {"manifests": [{"digest": "sha256:m-pause"}]},
+         "sha256:m-pause": {"config": {"digest": "sha256:c-pause"}}}
+
+
+def test_the_node_drops_the_id_records_no_tag_uses() -> None:
+    """CRI's `sha256:<id>` record of a rebuilt image's predecessor kept its 11 GB alive; the
+    records of tagged images (an index's manifest included) stay; an unreadable blob removes
+    nothing."""
+    import json
+    import subprocess
+
+    from scripts.cluster import node_image_ids
+
+    removed: list[str] = []
+    blobs = dict(BLOBS)
+
+    def ctr(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ("images", "ls"):
+            return subprocess.CompletedProcess(args, 0, LISTING, "")
+        if args[:2] == ("content", "get"):
+            blob = blobs.get(args[2])
+            return subprocess.CompletedProcess(args, 0 if blob else 1, json.dumps(blob), "")
+        removed.append(args[-1])
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    assert node_image_ids.drop_stale_ids(ctr) == ["sha256:c-old-cpu"] == removed
+    removed.clear()
+    del blobs["sha256:m-pause"]
+    assert node_image_ids.drop_stale_ids(ctr) == [] == removed
