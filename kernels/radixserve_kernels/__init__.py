@@ -20,10 +20,7 @@ from radixserve_kernels.decode_attention import (
     decode_rope_fusable,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
-from radixserve_kernels.fp8_gemv import (
-    fp8_gemm,
-    fp8_gemm_ref,
-)
+from radixserve_kernels.fp8_gemv import fp8_gemm, fp8_gemm_ref
 from radixserve_kernels.gemv import (
     SKINNY_MAX_M,
     silu_mul_gemv,

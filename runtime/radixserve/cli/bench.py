@@ -163,6 +163,7 @@ def run_latency(args: argparse.Namespace) -> int:
     from radixserve.bench.offline import allreduce_desc
     from radixserve.bench.weight_bound import bound_ms, copy_bandwidth, weight_bytes_per_step
     from radixserve.distributed.allreduce_choice import ENV
+    from radixserve.engine.device import resolve_device
     from radixserve.scheduler.tp_launch import scheduler_group
 
     modes = _allreduce_modes(args)
@@ -171,8 +172,6 @@ def run_latency(args: argparse.Namespace) -> int:
         raise SystemExit("bench latency: --breakdown times one process; run it with --tp 1")
     engines = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
-    from radixserve.engine.device import resolve_device
-
     # the device's copy rate, measured before any engine holds its memory
     bandwidth = copy_bandwidth(resolve_device(eng.device))
     for (quant, eng), mode in itertools.product(engines, modes):
