@@ -20,6 +20,13 @@ from radixserve_kernels.decode_attention import (
     decode_rope_fusable,
 )
 from radixserve_kernels.extend_attention import extend_attention, extend_attention_ref
+from radixserve_kernels.fp8_blockwise import (
+    blockwise_fits,
+    blockwise_fp8_gemm,
+    blockwise_fp8_gemm_ref,
+    quantize_groups_fp8,
+    quantize_groups_fp8_ref,
+)
 from radixserve_kernels.fp8_gemv import fp8_gemm, fp8_gemm_ref
 from radixserve_kernels.gemv import (
     SKINNY_MAX_M,
@@ -59,6 +66,9 @@ __all__ = [
     "apply_rotary_ref",
     "argmax_rows",
     "argmax_rows_ref",
+    "blockwise_fits",
+    "blockwise_fp8_gemm",
+    "blockwise_fp8_gemm_ref",
     "build_cos_sin_cache",
     "decode_attention",
     "decode_attention_ref",
@@ -81,6 +91,8 @@ __all__ = [
     "pdl_enabled",
     "qk_norm_rope_",
     "qk_norm_rope_ref",
+    "quantize_groups_fp8",
+    "quantize_groups_fp8_ref",
     "quantize_kv_ref",
     "rms_norm",
     "rms_norm_ref",

@@ -4,8 +4,10 @@ call timed inside a CUDA graph with the weights rotated past L2 (`bench_gemm.gra
 through the layers' own path (the skinny kernel up to 16 rows, cuBLAS above) against the FP8
 weight with 128x128 block scales as the layers keep a checkpoint's (one row of scales a block),
 with one scale a row and 128 columns (the layers' layout where a piece starts mid-block) and
-with per-row scales. `--sweep` also tries a grid of tile configurations for the block-scaled
-weight, to retune `fp8_gemv_config` (one row) and `fp8_gemm_config`."""
+with per-row scales; above one row also cuBLASLt's block-scaled GEMM (activations quantized per
+128 columns, `fp8_blockwise.py`), which the layers take there on Hopper. `--sweep` also tries
+a grid of tile configurations for the block-scaled weight, to retune `fp8_gemv_config` (one row)
+and `fp8_gemm_config`."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +16,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels import fp8_gemv, gemv
+from radixserve_kernels import blockwise_fits, blockwise_fp8_gemm, fp8_gemv, gemv
 from radixserve_kernels.bench_gemm import COPIES, graph_us, us_with_config
 
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (24576, 4096),
@@ -57,6 +59,10 @@ def main() -> None:
             line = (f"{name:13s} [{n}x{k}] rows {m:2d}  bf16 {bf16:7.2f} us  fp8 128x128 "
                     f"{sq:7.2f} us ({bf16 / sq:4.2f}x, {n * k / sq / 1e6:4.2f} TB/s)  1x128 "
                     f"{blk:7.2f} us ({bf16 / blk:4.2f}x)  row {row:7.2f} us ({bf16 / row:4.2f}x)")
+            if m > 1 and blockwise_fits(x, wq[0], squares[0], (128, 128)):
+                cub = graph_us(lambda r, x=x, wq=wq, sq=squares: blockwise_fp8_gemm(
+                    x, wq[r % COPIES], sq[r % COPIES]))
+                line += f"  cuBLASLt 128x128 {cub:7.2f} us ({bf16 / cub:4.2f}x)"
             if args.sweep:
                 grid = ONE_ROW_SWEEP if m == 1 else TILED_SWEEP[m]
                 best = sorted((fp8_us(x, wq, squares, (128, 128), c), c) for c in grid)[:4]

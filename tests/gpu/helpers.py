@@ -40,8 +40,21 @@ def _hf_model(path: Path, dtype: torch.dtype, device: str):
 
 @torch.inference_mode()
 def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
-              device: str) -> list[torch.Tensor]:
+              device: str, fp8_inputs: bool = False) -> list[torch.Tensor]:
+    """transformers' logits of each prompt; `fp8_inputs`: every decoder linear layer's input
+    first rounded to e4m3 per row and 128 columns, as the block-scaled FP8 GEMM rounds it."""
+    from radixserve_kernels import quantize_groups_fp8_ref
+
+    def rounded(_module: torch.nn.Module, args: tuple) -> tuple:
+        x = args[0]
+        q, s = quantize_groups_fp8_ref(x.reshape(-1, x.shape[-1]))
+        return ((q.float() * s.repeat_interleave(128, 1)).to(x.dtype).reshape(x.shape),)
+
     model = _hf_model(path, dtype, device)
+    if fp8_inputs:
+        for mod in model.model.layers.modules():
+            if isinstance(mod, torch.nn.Linear):
+                mod.register_forward_pre_hook(rounded)
     return [model(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
 
 

@@ -1,5 +1,6 @@
 """FP8 weight checkpoints on CUDA in 16-bit: block-FP8 (128x128) and per-channel linear weights
-stay FP8 and run the FP8-weight kernel (one-row, skinny and tiled), and the model follows
+stay FP8 and run the FP8-weight kernels (the Triton one-row, skinny and tiled ones; cuBLASLt's
+block-scaled GEMM from two rows on Hopper), and the model follows
 transformers on the dequantized checkpoint as closely as bf16 allows: prefill logits as close
 to its float32 logits as transformers' own 16-bit run (`bf16_bound`), greedy tokens parting only at the reference's near-ties (decode steps
 replayed from CUDA graphs); a wrong block scale is seen."""
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from radixserve_kernels import SKINNY_MAX_M
+from radixserve_kernels import SKINNY_MAX_M, blockwise_fits
 from tests.gpu.helpers import (
     assert_greedy_parts_only_at_ties,
     bf16_bound,
@@ -25,14 +26,24 @@ from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
 pytestmark = pytest.mark.gpu
 REL_TOL = 2e-2
 BLOCK = (128, 128)
+WIDE_QWEN3 = {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64}
 
 
 @pytest.fixture(scope="module")
 def fp8_qwen3(realistic_qwen3, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """format -> (FP8 checkpoint of the realistic Qwen3, its dequantized float32 twin)."""
+    from radixserve.testing import write_tiny_checkpoint
+
     root = tmp_path_factory.mktemp("fp8_gpu")
-    return {f: (write_fp8_checkpoint(realistic_qwen3, root / f, f, ref=root / f"{f}-ref",
-                                     block=BLOCK), root / f"{f}-ref") for f in ("block", "channel")}
+    out = {f: (write_fp8_checkpoint(realistic_qwen3, root / f, f, ref=root / f"{f}-ref",
+                                    block=BLOCK), root / f"{f}-ref") for f in ("block", "channel")}
+    # every K a multiple of 512 (4 column blocks): what cuBLASLt's block-scaled GEMM takes
+    wide = write_tiny_checkpoint("qwen3", root / "wide", seed=1, **WIDE_QWEN3)
+    out["block-wide"] = (write_fp8_checkpoint(wide, root / "block-wide", "block",
+                                              ref=root / "block-wide-ref", block=BLOCK),
+                         root / "block-wide-ref")
+    return out
 
 
 def _engine(path: Path, dtype: str):
@@ -47,22 +58,31 @@ def _engine(path: Path, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("fmt,lens", [("block", [5, 16, 37, 300]), ("channel", [3, 5, 8])])
+@pytest.mark.parametrize("fmt,lens", [("block", [5, 16, 37, 300]), ("channel", [3, 5, 8]),
+                                      ("block-wide", [5, 16, 37, 300])])
 def test_prefill_logits_follow_the_dequantized_checkpoint(fp8_qwen3, dtype, fmt, lens) -> None:
     """The per-channel batch holds 16 tokens, so its projections take the FP8-weight kernel (more
-    rows quantize activations for `_scaled_mm`, a coarser product). Held to the dequantized
-    model's float32 logits as closely as transformers' own 16-bit run of it comes: the kept FP8
-    weights are scaled in float32 inside the kernel, where transformers rounds each dequantized
-    weight to 16 bits first."""
+    rows quantize activations for `_scaled_mm`, a coarser product). The narrow block-FP8 model
+    takes the Triton kernel (weight-only); the wide one, on Hopper, cuBLASLt's block-scaled GEMM,
+    its activations rounded to e4m3 per row and 128 columns, which transformers' inputs then are
+    too. Held to the dequantized model's float32 logits as closely as transformers' own 16-bit
+    run of it comes: the kept FP8 weights are scaled in float32 inside the kernel, where
+    transformers rounds each dequantized weight to 16 bits first."""
     path, ref = fp8_qwen3[fmt]
     engine = _engine(path, dtype)
     qkv = engine.model.model.layers[0].self_attn.qkv_proj
     assert qkv.weight.dtype == torch.float8_e4m3fn
-    assert qkv.scale_block_k == (BLOCK[1] if fmt == "block" else None)
-    assert fmt == "block" or sum(lens) <= SKINNY_MAX_M
+    assert qkv.scale_block_k == (None if fmt == "channel" else BLOCK[1])
+    assert fmt != "channel" or sum(lens) <= SKINNY_MAX_M
     prompts = random_prompts(len(lens), lens, engine.hf_config.vocab_size, seed=2)
-    want = hf_logits(ref, prompts, torch.float32, "cuda")
-    bound = bf16_bound(hf_logits(ref, prompts, getattr(torch, dtype), "cuda"), want, REL_TOL)
+    x = torch.empty(1, qkv.weight.shape[1], device="cuda")
+    fp8_inputs = fmt != "channel" and blockwise_fits(x, qkv.weight, qkv.weight_scale,
+                                                     qkv.scale_block)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert fp8_inputs == (fmt == "block-wide" and hopper)
+    want = hf_logits(ref, prompts, torch.float32, "cuda", fp8_inputs)
+    bound = bf16_bound(hf_logits(ref, prompts, getattr(torch, dtype), "cuda", fp8_inputs), want,
+                       REL_TOL)
     for i, (got, w) in enumerate(zip(prefill_logits(engine, prompts), want)):
         assert rel_err(got, w) <= bound, f"prompt {i} ({lens[i]} tokens): {rel_err(got, w):.4f} > {bound:.4f}"
 
@@ -89,6 +109,7 @@ def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen
     only where its top two logits are within 2B: that is the tie tolerance."""
     from transformers import AutoConfig
 
+    # the narrow model: weight-only kernels throughout, as the reference never rounds activations
     path, ref = fp8_qwen3["block"]
     vocab = AutoConfig.from_pretrained(ref).vocab_size
     prompts = random_prompts(24, [3, 17, 64, 150], vocab, seed=11)

@@ -340,10 +340,72 @@ def check_fp8_gemm(dev: str, dtype: torch.dtype, rows: list[int], n: int, k: int
                 got = fn(x.to(dev), w, scale, bias_dev, block)
                 assert got.shape == (m, n) and got.dtype == dtype
                 close(got.cpu(), want, dtype, scale=4)
+    # e4m3 subnormals (row 0, columns 1-7: 2^-9 to 7 * 2^-9) count, not flushed to zero
+    sub = torch.zeros(1, k, dtype=dtype)
+    sub[0, 1:8] = 1.0
+    want = (sub.double() @ w_real.T)[0, 0]
+    assert want != 0
+    for fn in (fp8_gemm, fp8_gemm_ref):
+        got = fn(sub.to(dev), w, scale, None, block)[0, 0].double().cpu()
+        assert abs(got - want) <= 0.01 * abs(want), (fn.__name__, got, want)
     wrong = scale.clone()
-    wrong.view(-1)[-1] *= 1.5  # the last row (row scales) or the last, ragged block
+    wrong.view(-1)[-1] *= 4.0  # the last row (row scales) or the last, ragged block
     got = fp8_gemm(x.to(dev), w, wrong, None, block).cpu().double()
     assert (got - x.double() @ w_real.T)[:, -1].abs().max() > 0.05
+
+
+def check_quantize_groups_fp8(dev: str, dtype: torch.dtype, rows: int, k: int, pad: int) -> None:
+    """`quantize_groups_fp8` equals its reference bit for bit (values and scales) on a strided x
+    with one all-zero group, pads `pad` zero rows, and the dequantized groups are within
+    e4m3's half-step of x (relative, or the subnormals' absolute one)."""
+    from radixserve_kernels import quantize_groups_fp8, quantize_groups_fp8_ref
+
+    gen = torch.Generator().manual_seed(rows + k)
+    x = (torch.randn(rows, 2 * k, generator=gen) * torch.rand(rows, 1, generator=gen) * 50)
+    x = x.to(dtype)[:, :k]
+    x[0, :128] = 0
+    want_q, want_s = quantize_groups_fp8_ref(x)
+    q, s = quantize_groups_fp8(x.to(dev), rows + pad)
+    assert q.shape == (rows + pad, k) and s.shape == (rows + pad, k // 128)
+    assert s.stride() == (1, rows + pad)  # column-major, as cuBLASLt reads it
+    assert torch.equal(q[:rows].cpu().view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(s[:rows].cpu(), want_s)
+    assert not q[rows:].float().any()
+    step = s[:rows].cpu().repeat_interleave(128, 1)
+    back = q[:rows].cpu().float() * step
+    # e4m3 keeps 3 mantissa bits (half-step 1/16 relative); subnormals' half-step is 2^-10
+    assert ((back - x.float()).abs() <= x.float().abs() / 16 + step * 2**-10).all()
+
+
+def check_blockwise_fp8_gemm(dtype: torch.dtype, rows: list[int], n: int, k: int) -> None:
+    """`blockwise_fp8_gemm` (cuBLASLt) against its reference (x rounded per 128 columns, float32
+    product: within 1% as a whole) and, within 5%, the exact product of x and the dequantized
+    weight;
+    ragged row counts (padded inside), strided x, bias; a wrong block scale is seen."""
+    from radixserve_kernels import blockwise_fits, blockwise_fp8_gemm, blockwise_fp8_gemm_ref
+
+    gen = torch.Generator().manual_seed(n + k)
+    w, scale, w_real = fp8_weight_case(n, k, (128, 128), gen)
+    w, scale = w.cuda(), scale.cuda()
+    b = torch.randn(n, generator=gen).to(dtype)
+    for m in rows:
+        x = torch.randn(m, 2 * k, generator=gen).to(dtype)[:, ::2] if m % 2 else \
+            torch.randn(m, k, generator=gen).to(dtype)
+        assert blockwise_fits(x.cuda(), w, scale, (128, 128))
+        for bias in (None, b):
+            got = blockwise_fp8_gemm(x.cuda(), w, scale, None if bias is None else bias.cuda())
+            assert got.shape == (m, n) and got.dtype == dtype
+            # cuBLASLt writes bf16 and sums in its own order: held to the reference as a whole
+            want = blockwise_fp8_gemm_ref(x, w.cpu(), scale.cpu(), bias).double()
+            rel = (got.cpu().double() - want).norm() / want.norm()
+            assert rel < 1e-2, (m, float(rel))
+            exact = x.double() @ w_real.T + (0 if bias is None else bias.double())
+            rel = (got.cpu().double() - exact).norm() / exact.norm()
+            assert rel < 0.05, (m, float(rel))
+    wrong = scale.clone()
+    wrong[-1, -1] *= 4.0
+    got = blockwise_fp8_gemm(x.cuda(), w, wrong).cpu().double()
+    assert (got - x.double() @ w_real.T)[:, -128:].abs().max() > 0.05
 
 
 def check_store_kv(dev: str, dtype: torch.dtype, tokens: int, heads: int, dim: int) -> None:

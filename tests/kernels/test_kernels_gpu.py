@@ -82,6 +82,20 @@ def test_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, block: tuple[int, int] | N
     kc.check_fp8_gemm("cuda", dtype, rows=[1, 2, 3, 8, 13, 16, 64, 300], n=n, k=k, block=block)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 12288), (256, 512)], ids=kc.case_id)
+def test_blockwise_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, n: int, k: int) -> None:
+    # Qwen3-8B's QKV and down projections and a small one, at decode and prefill row counts
+    from radixserve_kernels import blockwise_fits
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuBLASLt's block-scaled FP8 GEMM is taken on Hopper only")
+    x, w = torch.empty(1, 384, device="cuda"), torch.empty(256, 384, device="cuda")
+    assert not blockwise_fits(x, w, torch.empty(2, 3, device="cuda"), (128, 128))  # 3 K blocks
+    kc.check_quantize_groups_fp8("cuda", dtype, rows=37, k=k, pad=3)
+    kc.check_blockwise_fp8_gemm(dtype, rows=[2, 3, 16, 37, 64, 300], n=n, k=k)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cuda", dtype, tokens=1000, heads=8, dim=128)

@@ -79,6 +79,11 @@ def test_fp8_gemm(dtype: torch.dtype, block: tuple[int, int] | None) -> None:
     kc.check_fp8_gemm("cpu", dtype, rows=[1, 3, 16, 20], n=130, k=300, block=block)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_quantize_groups_fp8(dtype: torch.dtype) -> None:
+    kc.check_quantize_groups_fp8("cpu", dtype, rows=5, k=384, pad=3)
+
+
 @pytest.mark.parametrize("dtype", ELEMENTWISE)
 def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cpu", dtype, tokens=7, heads=2, dim=16)

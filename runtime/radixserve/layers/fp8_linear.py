@@ -8,10 +8,12 @@ reads), on CUDA:
 - block scales (`weight_scale` [out, ceil(in / block_k)] while loading: the checkpoint's bn x bk
   block scales repeated over each block's rows, so a fused QKV or gate-up weight and a rank's row
   shard keep their own rows' scales wherever they start in a block; after loading, one row of
-  scales per aligned group of rows that share them, `compact_block_scales`): every row count
-  takes the Triton kernel, tiled above 16 rows (weight-only dequantization, no activation
-  rounding; at prefill sizes a Triton tile GEMM rather than cuBLAS). CPU tensors (tests forcing
-  this path) take its torch reference, which dequantizes the weight on each call.
+  scales per aligned group of rows that share them, `compact_block_scales`): one row takes the
+  weight-only Triton kernel (no activation rounding); from `BLOCKWISE_MIN_ROWS` rows a weight of
+  whole 128x128 blocks, on Hopper, takes cuBLASLt's block-scaled FP8 GEMM with activations
+  quantized per row and 128 columns (`radixserve_kernels.fp8_blockwise`); any other takes the
+  Triton kernel, tiled above 16 rows. CPU tensors (tests forcing this path) take its torch
+  reference, which dequantizes the weight on each call.
 
 Without a kept weight (CPU, float32 models) FP8 checkpoints are dequantized at load
 (`models/fp8_weights.py`)."""
@@ -22,10 +24,19 @@ import torch
 from torch import nn
 
 from radixserve.utils import kernel_path
-from radixserve_kernels import SKINNY_MAX_M, fp8_gemm, fp8_gemm_ref
+from radixserve_kernels import (
+    SKINNY_MAX_M,
+    blockwise_fits,
+    blockwise_fp8_gemm,
+    fp8_gemm,
+    fp8_gemm_ref,
+)
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448
+# From this many rows a 128x128 block-scaled weight takes cuBLASLt's block-scaled FP8 GEMM
+# (activations quantized per 128 columns); fewer take the weight-only one-row Triton kernel
+BLOCKWISE_MIN_ROWS = 2
 _MIN_SCALE = 1e-12  # an all-zero row still gets a finite scale
 
 
@@ -84,6 +95,11 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
     CPU implementation, used by tests, writes x's dtype."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
+    if (block is not None and x2.shape[0] >= BLOCKWISE_MIN_ROWS
+            and blockwise_fits(x2, weight, weight_scale, block)):
+        y = blockwise_fp8_gemm(x2, weight, weight_scale, bias)
+        y = y.reshape(*shape[:-1], weight.shape[0])
+        return y if out is None else out.copy_(y)
     if block is not None or (x2.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
         gemm = fp8_gemm if kernel_path.use_triton(x) else fp8_gemm_ref
         y = gemm(x2, weight, weight_scale, bias, block).reshape(*shape[:-1], weight.shape[0])
