@@ -71,6 +71,12 @@ def fp8_mma_capable(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) >= (8, 9)
 
 
+@functools.cache
+def fp8_blockwise_capable(device_index: int) -> bool:
+    """cuBLASLt's block-scaled FP8 GEMM (1x128 activation, 128x128 weight scales): Hopper."""
+    return torch.cuda.get_device_capability(device_index) == (9, 0)
+
+
 def pdl_args(t: torch.Tensor) -> dict[str, bool]:
     """The launch arguments of a decode-path kernel on `t`'s device: programmatic dependent
     launch (`_jit/pdl.py`) on Hopper and later, where a batch-1 decode step is ~280 small kernels

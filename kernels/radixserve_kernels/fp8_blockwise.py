@@ -11,22 +11,15 @@ cuBLASLt takes the activation scales column-major and, it turns out, rows in mul
 is sliced back. See `blockwise_fits` for the weights it takes."""
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from radixserve_kernels._utils import cdiv, next_pow2, pdl_args
+from radixserve_kernels._utils import cdiv, fp8_blockwise_capable, next_pow2, pdl_args
+from radixserve_kernels.fp8_gemv import FP8_WEIGHT_DTYPE as FP8
+from radixserve_kernels.kv_quant import FP8_MAX
 
 GROUP = 128
-FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0
 ROW_ALIGN = 4
 _MIN_SCALE = 1e-12
-
-
-@functools.cache
-def _hopper(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
 def blockwise_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
@@ -37,7 +30,7 @@ def blockwise_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
     scales were padded to four (real models' K/128: 20 to 136, all multiples of 4)."""
     n, k = weight.shape
     return (block == (GROUP, GROUP) and x.is_cuda and n % GROUP == 0 and k % (GROUP * 4) == 0
-            and tuple(scale.shape) == (n // GROUP, k // GROUP) and _hopper(x.device.index or 0))
+            and tuple(scale.shape) == (n // GROUP, k // GROUP) and fp8_blockwise_capable(x.device.index or 0))
 
 
 def quantize_groups_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

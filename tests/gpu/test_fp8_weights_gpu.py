@@ -14,6 +14,7 @@ import torch
 
 from radixserve.layers import fp8_linear
 from radixserve_kernels import SKINNY_MAX_M, blockwise_fits
+from radixserve_kernels._utils import fp8_blockwise_capable
 from tests.gpu.helpers import (
     assert_greedy_parts_only_at_ties,
     bf16_bound,
@@ -81,8 +82,8 @@ def test_prefill_logits_follow_the_dequantized_checkpoint(fp8_qwen3, dtype, fmt,
     x = torch.empty(1, qkv.weight.shape[1], device="cuda")
     fp8_inputs = fmt != "channel" and blockwise_fits(x, qkv.weight, qkv.weight_scale,
                                                      qkv.scale_block)
-    hopper = torch.cuda.get_device_capability() == (9, 0)
-    assert fp8_inputs == (fmt == "block-wide" and hopper)
+    capable = fp8_blockwise_capable(torch.cuda.current_device())
+    assert fp8_inputs == (fmt == "block-wide" and capable)
     want = hf_logits(ref, prompts, torch.float32, "cuda", fp8_inputs)
     bound = bf16_bound(hf_logits(ref, prompts, getattr(torch, dtype), "cuda", fp8_inputs), want,
                        REL_TOL)
@@ -132,7 +133,7 @@ def test_block_fp8_on_cublaslt_greedy_parts_only_at_ties(fp8_qwen3, monkeypatch)
     together to the end, so no step runs a single row (the one-row kernel rounds nothing)."""
     from transformers import AutoConfig
 
-    if torch.cuda.get_device_capability() != (9, 0):
+    if not fp8_blockwise_capable(torch.cuda.current_device()):
         pytest.skip("cuBLASLt's block-scaled FP8 GEMM is taken on Hopper only")
     path, ref = fp8_qwen3["block-wide"]
     vocab = AutoConfig.from_pretrained(ref).vocab_size

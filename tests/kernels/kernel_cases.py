@@ -380,8 +380,7 @@ def check_quantize_groups_fp8(dev: str, dtype: torch.dtype, rows: int, k: int, p
 def check_blockwise_fp8_gemm(dtype: torch.dtype, rows: list[int], n: int, k: int) -> None:
     """`blockwise_fp8_gemm` (cuBLASLt) against its reference (x rounded per 128 columns, float32
     product: within 1% as a whole) and, within 5%, the exact product of x and the dequantized
-    weight;
-    ragged row counts (padded inside), strided x, bias; a wrong block scale is seen."""
+    weight; ragged row counts (padded inside), strided x, bias; a wrong block scale is seen."""
     from radixserve_kernels import blockwise_fits, blockwise_fp8_gemm, blockwise_fp8_gemm_ref
 
     gen = torch.Generator().manual_seed(n + k)

@@ -87,8 +87,9 @@ def test_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, block: tuple[int, int] | N
 def test_blockwise_fp8_gemm_qwen3_8b_shapes(dtype: torch.dtype, n: int, k: int) -> None:
     # Qwen3-8B's QKV and down projections and a small one, at decode and prefill row counts
     from radixserve_kernels import blockwise_fits
+    from radixserve_kernels._utils import fp8_blockwise_capable
 
-    if torch.cuda.get_device_capability() != (9, 0):
+    if not fp8_blockwise_capable(torch.cuda.current_device()):
         pytest.skip("cuBLASLt's block-scaled FP8 GEMM is taken on Hopper only")
     x, w = torch.empty(1, 384, device="cuda"), torch.empty(256, 384, device="cuda")
     assert not blockwise_fits(x, w, torch.empty(2, 3, device="cuda"), (128, 128))  # 3 K blocks

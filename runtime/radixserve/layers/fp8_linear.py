@@ -94,21 +94,22 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
     NOTE: row-wise scaled FP8 GEMMs on CUDA only write bfloat16 (cast to x's dtype after); the
     CPU implementation, used by tests, writes x's dtype."""
     shape = x.shape
-    x2 = x.reshape(-1, shape[-1])
-    if (block is not None and x2.shape[0] >= BLOCKWISE_MIN_ROWS
-            and blockwise_fits(x2, weight, weight_scale, block)):
-        y = blockwise_fp8_gemm(x2, weight, weight_scale, bias)
-        y = y.reshape(*shape[:-1], weight.shape[0])
-        return y if out is None else out.copy_(y)
-    if block is not None or (x2.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
+    y = _fp8_gemm_2d(x.reshape(-1, shape[-1]), weight, weight_scale, bias, block)
+    y = y.reshape(*shape[:-1], weight.shape[0])
+    return y if out is None else out.copy_(y)
+
+
+def _fp8_gemm_2d(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                 bias: torch.Tensor | None, block: tuple[int, int] | None) -> torch.Tensor:
+    """`fp8_linear` of x [M, in]: the GEMM each row count and scale layout takes (module doc)."""
+    if (block is not None and x.shape[0] >= BLOCKWISE_MIN_ROWS
+            and blockwise_fits(x, weight, weight_scale, block)):
+        return blockwise_fp8_gemm(x, weight, weight_scale, bias)
+    if block is not None or (x.shape[0] <= SKINNY_MAX_M and kernel_path.use_triton(x)):
         gemm = fp8_gemm if kernel_path.use_triton(x) else fp8_gemm_ref
-        y = gemm(x2, weight, weight_scale, bias, block).reshape(*shape[:-1], weight.shape[0])
-        return y if out is None else out.copy_(y)
-    xq, x_scale = quantize_rows(x.reshape(-1, shape[-1]))
+        return gemm(x, weight, weight_scale, bias, block)
+    xq, x_scale = quantize_rows(x)
     out_dtype = torch.bfloat16 if x.is_cuda else x.dtype
     y = torch._scaled_mm(xq, weight.t(), scale_a=x_scale, scale_b=weight_scale.view(1, -1),
                          out_dtype=out_dtype).to(x.dtype)
-    if bias is not None:
-        y = y + bias
-    y = y.reshape(*shape[:-1], weight.shape[0])
-    return y if out is None else out.copy_(y)
+    return y if bias is None else y + bias
