@@ -15,6 +15,7 @@ import torch
 
 from radixserve_kernels._utils import cdiv, fp8_blockwise_capable, next_pow2, pdl_args
 from radixserve_kernels.fp8_gemv import FP8_WEIGHT_DTYPE as FP8
+from radixserve_kernels.fp8_gemv import fp8_gemm_ref
 from radixserve_kernels.kv_quant import FP8_MAX
 
 GROUP = 128
@@ -30,7 +31,8 @@ def blockwise_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
     scales were padded to four (real models' K/128: 20 to 136, all multiples of 4)."""
     n, k = weight.shape
     return (block == (GROUP, GROUP) and x.is_cuda and n % GROUP == 0 and k % (GROUP * 4) == 0
-            and tuple(scale.shape) == (n // GROUP, k // GROUP) and fp8_blockwise_capable(x.device.index or 0))
+            and tuple(scale.shape) == (n // GROUP, k // GROUP)
+            and fp8_blockwise_capable(x.device.index or 0))
 
 
 def quantize_groups_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,15 +64,18 @@ def quantize_groups_fp8(x: torch.Tensor, rows: int | None = None
     return q, scale
 
 
+def round_groups_fp8_ref(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] in float32 as `quantize_groups_fp8_ref` rounds it: its e4m3 values times their
+    group's scale."""
+    q, scale = quantize_groups_fp8_ref(x)
+    return q.float() * scale.repeat_interleave(GROUP, 1)
+
+
 def blockwise_fp8_gemm_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                            bias: torch.Tensor | None = None) -> torch.Tensor:
     """What `blockwise_fp8_gemm` computes, in float32: x rounded as `quantize_groups_fp8_ref`
     rounds it, times the dequantized weight."""
-    q, xs = quantize_groups_fp8_ref(x)
-    xd = q.float() * xs.repeat_interleave(GROUP, 1)
-    wd = weight.float() * scale.float().repeat_interleave(GROUP, 0).repeat_interleave(GROUP, 1)
-    y = xd @ wd.t()
-    return (y if bias is None else y + bias.float()).to(x.dtype)
+    return fp8_gemm_ref(round_groups_fp8_ref(x), weight, scale, bias, (GROUP, GROUP)).to(x.dtype)
 
 
 def blockwise_fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,

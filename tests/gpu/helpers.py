@@ -84,13 +84,12 @@ def hf_greedy_fp8_inputs(path: Path, prompts: list[list[int]], max_new: int,
 
 def _round_linear_inputs_to_fp8(model: torch.nn.Module) -> None:
     """Round the input of every linear layer in `model`'s decoder to e4m3 per row and 128
-    columns (`quantize_groups_fp8_ref`), as the block-scaled FP8 GEMM does; the LM head's stays."""
-    from radixserve_kernels import quantize_groups_fp8_ref
+    columns (`round_groups_fp8_ref`), as the block-scaled FP8 GEMM does; the LM head's stays."""
+    from radixserve_kernels.fp8_blockwise import round_groups_fp8_ref
 
     def rounded(_module: torch.nn.Module, args: tuple) -> tuple:
         x = args[0]
-        q, s = quantize_groups_fp8_ref(x.reshape(-1, x.shape[-1]))
-        return ((q.float() * s.repeat_interleave(128, 1)).to(x.dtype).reshape(x.shape),)
+        return (round_groups_fp8_ref(x.reshape(-1, x.shape[-1])).to(x.dtype).reshape(x.shape),)
 
     for mod in model.model.layers.modules():
         if isinstance(mod, torch.nn.Linear):
