@@ -26,6 +26,7 @@ from radixserve_kernels.fp8_blockwise import (
     blockwise_fp8_gemm_ref,
     quantize_groups_fp8,
     quantize_groups_fp8_ref,
+    round_groups_fp8_ref,
 )
 from radixserve_kernels.fp8_gemv import fp8_gemm, fp8_gemm_ref
 from radixserve_kernels.gemv import (
@@ -96,6 +97,7 @@ __all__ = [
     "quantize_kv_ref",
     "rms_norm",
     "rms_norm_ref",
+    "round_groups_fp8_ref",
     "set_pdl",
     "silu_and_mul",
     "silu_and_mul_ref",

@@ -85,7 +85,7 @@ def hf_greedy_fp8_inputs(path: Path, prompts: list[list[int]], max_new: int,
 def _round_linear_inputs_to_fp8(model: torch.nn.Module) -> None:
     """Round the input of every linear layer in `model`'s decoder to e4m3 per row and 128
     columns (`round_groups_fp8_ref`), as the block-scaled FP8 GEMM does; the LM head's stays."""
-    from radixserve_kernels.fp8_blockwise import round_groups_fp8_ref
+    from radixserve_kernels import round_groups_fp8_ref
 
     def rounded(_module: torch.nn.Module, args: tuple) -> tuple:
         x = args[0]
