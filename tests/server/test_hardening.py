@@ -113,18 +113,9 @@ def test_submit_sends_nothing_unless_every_sub_request_encodes() -> None:
     from radixserve.messages import TokenizeMsg
     from radixserve.sampling_params import SamplingParams
     from radixserve.server.errors import APIError
-    from radixserve.server.frontend import Frontend
-    from radixserve.server.metrics import ServerMetrics
+    from tests.server.recording_frontend import recording_frontend
 
-    class Socket:
-        def __init__(self) -> None:
-            self.sent: list[bytes] = []
-
-        async def send(self, frame: bytes) -> None:
-            self.sent.append(frame)
-
-    frontend = Frontend(None, ServerMetrics())  # type: ignore[arg-type]
-    frontend.to_tokenizer = Socket()
+    frontend = recording_frontend()
     ok = TokenizeMsg(1, SamplingParams(seed=2**63 - 1), "hi")
     bad = TokenizeMsg(2, SamplingParams(seed=2**63 - 1), "hi")
     bad.params.seed = 2**64  # as `seed + j` once produced

@@ -93,19 +93,10 @@ def test_a_prompt_past_the_bound_is_never_sent_to_a_tokenizer() -> None:
     from radixserve.messages import TextOpMsg, TokenizeMsg
     from radixserve.sampling_params import SamplingParams
     from radixserve.server.errors import APIError
-    from radixserve.server.frontend import Frontend
-    from radixserve.server.metrics import ServerMetrics
     from radixserve.server.prompt_bound import PromptBound
+    from tests.server.recording_frontend import recording_frontend
 
-    class Socket:
-        def __init__(self) -> None:
-            self.sent: list[bytes] = []
-
-        async def send(self, frame: bytes) -> None:
-            self.sent.append(frame)
-
-    frontend = Frontend(None, ServerMetrics())  # type: ignore[arg-type]
-    frontend.to_tokenizer = Socket()
+    frontend = recording_frontend()
     frontend.prompt_bound = PromptBound(max_seq_len=100, max_token_chars=8)
     fits = TokenizeMsg(1, SamplingParams(), "a" * 800)
     too_long = TokenizeMsg(2, SamplingParams(), "a" * 801)
