@@ -10,13 +10,29 @@ import statistics
 from radixserve.config import KV_CACHE_DTYPE_CHOICES, add_engine_args
 
 
+def _add_shape_args(p: argparse.ArgumentParser) -> None:
+    """What `offline` and `latency` share: the model's shape and weights, and the all-reduce."""
+    p.add_argument("--model-preset", default=None,
+                   help="a model shape, e.g. qwen3-0.6b (with --dummy-weights)")
+    p.add_argument("--dummy-weights", action="store_true",
+                   help="random weights of the model's exact shapes")
+    p.add_argument("--dummy-quantization", nargs="+", default=["none"], choices=["none", "fp8"],
+                   help="with --dummy-weights: the linear weights in the model dtype (none) or "
+                        "block FP8 (fp8: e4m3 with random 128x128 block scales, as a Hugging "
+                        "Face fp8 checkpoint; kept FP8 for a 16-bit model on CUDA); several run "
+                        "in turn, e.g. --dummy-quantization none fp8 (offline: on the same "
+                        "requests, each compared with the first)")
+    p.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
+                   help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
+                        "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks")
     bsub = p.add_subparsers(dest="bench", required=True)
     off = bsub.add_parser("offline", help="offline throughput (output tokens/s)")
     add_engine_args(off)
-    off.add_argument("--model-preset", default=None, help="a model shape, e.g. qwen3-0.6b (with --dummy-weights)")
-    off.add_argument("--dummy-weights", action="store_true", help="random weights of the model's exact shapes")
+    _add_shape_args(off)
     off.add_argument("--num-prompts", type=int, default=None)
     off.add_argument("--input-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
     off.add_argument("--output-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
@@ -42,13 +58,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="run unconstrained, then every request JSON-schema constrained; print both")
     off.add_argument("--compare-mixed-chunk", action="store_true",
                      help="rerun with mixed batches toggled, same requests; print both")
-    off.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
-                     help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
-                          "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
-    off.add_argument("--dummy-quantization", nargs="+", default=["none"], choices=["none", "fp8"],
-                     help="with --dummy-weights: the linear weights in the model dtype (none) or block "
-                          "FP8 (fp8); several run in turn on the same requests, each compared with "
-                          "the first, e.g. --dummy-quantization none fp8")
     off.add_argument("--phases", action="store_true",
                      help="after each timed run, where its time went by kind of step: prefill "
                           "batches, and decode steps by batch size (GPU time on a GPU)")
@@ -56,19 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     lat = bsub.add_parser("latency", help="decode step time at fixed batch sizes")
     add_engine_args(lat)
-    lat.add_argument("--model-preset", default=None)
-    lat.add_argument("--dummy-weights", action="store_true")
+    _add_shape_args(lat)
     lat.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
-    lat.add_argument("--dummy-quantization", nargs="+", default=["none"], choices=["none", "fp8"],
-                     help="with --dummy-weights: the linear weights in the model dtype (none) or "
-                          "block FP8 (fp8: e4m3 with random 128x128 block scales, as a Hugging "
-                          "Face fp8 checkpoint; kept FP8 for a 16-bit model on CUDA); several "
-                          "run in turn, e.g. --dummy-quantization none fp8")
     lat.add_argument("--input-len", type=int, default=128)
     lat.add_argument("--steps", type=int, default=64)
-    lat.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
-                     help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
-                          "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
     lat.add_argument("--profile", default=None, metavar="DIR",
                      help="after every batch size is timed, profile as many steps of each: a Chrome trace per batch "
                           "size in DIR and the top kernels (CPU ops on CPU) per step")
