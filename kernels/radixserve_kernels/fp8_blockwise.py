@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from radixserve_kernels._utils import cdiv, fp8_blockwise_capable, next_pow2, pdl_args
-from radixserve_kernels.fp8_gemv import FP8_WEIGHT_DTYPE as FP8, fp8_gemm_ref
+from radixserve_kernels.fp8_gemv import FP8_WEIGHT_DTYPE as FP8
+from radixserve_kernels.fp8_gemv import fp8_gemm_ref
 from radixserve_kernels.kv_quant import FP8_MAX
 
 GROUP = 128
