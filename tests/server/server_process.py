@@ -52,11 +52,11 @@ class LoggedProcess:
         self.stop()
         raise RuntimeError(f"{self.name} not ready within {timeout}s:\n{self.log()[-4000:]}")
 
-    def stop(self, timeout: float | None = None) -> int:
+    def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(self.stop_timeout if timeout is None else timeout)
+                self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
