@@ -3,6 +3,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.activation import gated_row
 from radixserve_kernels._jit.pdl import pdl_enter
 
 
@@ -50,10 +51,7 @@ def gemv_kernel(
         w = tl.load(w_ptr + n[:, None].to(tl.int64) * s_wn + (k0 + kk)[None, :],
                     mask=nm[:, None] & km[None, :], other=0.0)
         if GATED:  # x = [gate | up] of 2K: silu(gate) * up, rounded as silu_and_mul_kernel rounds
-            gate = tl.load(x_ptr + k0 + kk, mask=km, other=0.0).to(tl.float32)
-            up = tl.load(x_ptr + K + k0 + kk, mask=km, other=0.0).to(tl.float32)
-            act = (gate / (1.0 + tl.exp(-gate))).to(x_ptr.dtype.element_ty).to(tl.float32)
-            x = (act * up).to(x_ptr.dtype.element_ty)
+            x = gated_row(x_ptr, K, k0 + kk, km)
         else:
             x = tl.load(x_ptr + k0 + kk, mask=km, other=0.0)
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
