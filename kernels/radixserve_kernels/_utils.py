@@ -61,7 +61,8 @@ def pdl_enabled() -> bool:
 
 
 @functools.cache
-def _pdl_capable(device_index: int) -> bool:
+def _hopper_or_later(device_index: int) -> bool:
+    """sm_90 and later: programmatic dependent launch and the Tensor Memory Accelerator."""
     return not interpreting() and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
@@ -77,12 +78,20 @@ def fp8_blockwise_capable(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
+def tma_capable(t: torch.Tensor) -> bool:
+    """Whether kernels on `t` can stream tiles with the Tensor Memory Accelerator: a Hopper or
+    later GPU, or any tensor under the interpreter (which emulates tensor descriptors)."""
+    if interpreting():
+        return True
+    return t.is_cuda and _hopper_or_later(t.device.index or 0)
+
+
 def pdl_args(t: torch.Tensor) -> dict[str, bool]:
     """The launch arguments of a decode-path kernel on `t`'s device: programmatic dependent
     launch (`_jit/pdl.py`) on Hopper and later, where a batch-1 decode step is ~280 small kernels
     and the launch gap between them is a large share of it. The kernel's `PDL` (its wait) and
     Triton's `launch_pdl` are one switch: a kernel launched early must wait."""
-    on = _pdl["enabled"] and t.is_cuda and _pdl_capable(t.device.index or 0)
+    on = _pdl["enabled"] and t.is_cuda and _hopper_or_later(t.device.index or 0)
     return {"PDL": on, "launch_pdl": on}
 
 

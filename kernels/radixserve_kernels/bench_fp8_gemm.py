@@ -22,7 +22,7 @@ from radixserve_kernels.bench_gemm import COPIES, graph_us, us_with_config
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (24576, 4096),
           "down_proj": (4096, 12288)}
 ROWS = (1, 16, 64)
-ONE_ROW_SWEEP = list(itertools.product([2, 4, 8, 16, 32], [512, 1024, 2048, 4096], [2, 4, 8], [1]))
+ONE_ROW_SWEEP = list(itertools.product([4, 8, 16, 32], [512, 1024, 2048], [4, 8], [2, 3, 4, 5]))
 TILED_SWEEP = {16: list(itertools.product([16], [16, 32, 64], [128], [4], [3, 4, 6])),
                64: list(itertools.product([32, 64], [32, 64, 128], [128], [4, 8], [3, 4, 6]))}
 

@@ -11,15 +11,17 @@ and each product is scaled in float32 by the weight's scale:
   row and bk columns (a layer's scales after its rows were cut or fused, `layers/fp8_linear.py`).
 
 Activations are not quantized: the result is the reference's `x @ (W_fp8 * scale).T` up to float32
-summation order. One row takes a kernel without tensor cores (as `gemv.py`); more rows a tiled
-`tl.dot` kernel whose programs each stream a slab of weight rows for up to BLOCK_M rows of x.
+summation order. One row takes a kernel without tensor cores (as `gemv.py`) whose loop is
+software-pipelined, the weight's tiles streamed into shared memory by TMA where the GPU has it;
+more rows a tiled `tl.dot` kernel whose programs each stream a slab of weight rows for up to
+BLOCK_M rows of x.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import cdiv, dot_precision, pdl_args
+from radixserve_kernels._utils import cdiv, dot_precision, pdl_args, tma_capable
 
 FP8_WEIGHT_DTYPE = torch.float8_e4m3fn
 
@@ -42,15 +44,11 @@ def fp8_gemm_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
 
 
 def fp8_gemv_config(n: int, k: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps, num_stages) of the one-row kernel for an [n, k] FP8 weight,
-    from a sweep of Qwen3-8B's projections on an H100 (`bench_fp8_gemm --sweep`): four warps
-    throughout (eight took up to a fifth longer), long rows in 2,048-column steps, the widest
-    weights 16 rows a program. Stages change nothing: the loop's loads are not pipelined."""
-    if k >= 8192:
-        return 4, 2048, 4, 1
-    if n >= 16384:
-        return 16, 512, 4, 1
-    return (4, 1024, 4, 1) if n >= 6144 else (8, 1024, 4, 1)
+    """(BLOCK_N, BLOCK_K, num_warps, stages) of the one-row kernel for an [n, k] FP8 weight, from
+    a sweep of Qwen3-8B's projections (`bench_fp8_gemm --sweep`): four warps, 8 rows of 1,024
+    columns a step, the loop pipelined three deep (unpipelined, each step's DRAM latency was
+    exposed; deeper, the tiles' shared memory cost occupancy)."""
+    return 8, 1024, 4, 3
 
 
 def fp8_gemm_config(m: int, n: int, k: int) -> tuple[int, int, int, int, int]:
@@ -129,10 +127,24 @@ def _fp8_gemv(x: torch.Tensor, weight: torch.Tensor, layout: tuple[torch.Tensor,
     scale, scale_n, group_k, s_sn = layout
     block_n, block_k, warps, stages = fp8_gemv_config(n, k)
     tile_k = block_k if group_k == 0 else _tile_k(group_k, block_k)
+    w = weight_tiles(weight, block_n, block_k)
     fp8_gemv_kernel[(cdiv(n, block_n),)](
-        x, weight, scale, bias if bias is not None else scale, y, n, k,
+        x, w, scale, bias if bias is not None else scale, y, n, k,
         weight.stride(0), s_sn, SCALE_N=scale_n, GROUP_K=group_k, HAS_BIAS=bias is not None,
-        BLOCK_N=block_n, GROUPS=block_k // tile_k, TILE_K=tile_k,
-        num_warps=warps, num_stages=stages, **pdl_args(x),
+        BLOCK_N=block_n, GROUPS=block_k // tile_k, TILE_K=tile_k, STAGES=stages,
+        TMA=w is not weight, num_warps=warps, **pdl_args(x),
     )
     return y
+
+
+def weight_tiles(weight: torch.Tensor, block_n: int, block_k: int) -> object:
+    """The weight as the one-row kernel reads it: a TMA descriptor of [block_n, block_k] tiles
+    where the device has the Tensor Memory Accelerator (Hopper and later; the interpreter
+    emulates it) and the rows start 16-byte aligned, else the weight itself, read through
+    pointers. The descriptor is built per call: the launch encodes it either way, and a CUDA
+    graph keeps the encoded copy."""
+    if not (tma_capable(weight) and weight.shape[1] % 16 == 0 and weight.data_ptr() % 16 == 0):
+        return weight
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(weight, [block_n, block_k])

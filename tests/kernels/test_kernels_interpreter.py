@@ -74,9 +74,22 @@ def test_silu_mul_gemv(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("block", [None, (128, 128), (32, 16), (1, 128)],
                          ids=["row", "128x128", "32x16", "1x128"])
-def test_fp8_gemm(dtype: torch.dtype, block: tuple[int, int] | None) -> None:
-    # ragged N and K against every scale layout (the layers' is (1, block_k)); 20 rows: tiled
-    kc.check_fp8_gemm("cpu", dtype, rows=[1, 3, 16, 20], n=130, k=300, block=block)
+@pytest.mark.parametrize("k", [300, 320], ids=["pointers", "tma"])
+def test_fp8_gemm(dtype: torch.dtype, block: tuple[int, int] | None, k: int) -> None:
+    # ragged N and K against every scale layout (the layers' is (1, block_k)); 20 rows: tiled.
+    # One row reads the weight through pointers where its rows are not 16-byte aligned (300),
+    # else as TMA tiles, whose rows and columns past the edge must read as zeros
+    kc.check_fp8_gemm("cpu", dtype, rows=[1, 3, 16, 20], n=130, k=k, block=block)
+
+
+def test_fp8_one_row_weight_read_as_tma_tiles_where_rows_are_aligned() -> None:
+    from radixserve_kernels.fp8_gemv import FP8_WEIGHT_DTYPE, weight_tiles
+
+    aligned = torch.zeros(130, 320, dtype=FP8_WEIGHT_DTYPE)
+    desc = weight_tiles(aligned, 16, 512)
+    assert desc is not aligned and desc.block_shape == [16, 512] and desc.base is aligned
+    unaligned = torch.zeros(130, 300, dtype=FP8_WEIGHT_DTYPE)
+    assert weight_tiles(unaligned, 16, 512) is unaligned
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
