@@ -18,10 +18,15 @@ BLOCK_M rows of x.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
 from radixserve_kernels._utils import cdiv, dot_precision, pdl_args, tma_capable
+
+if TYPE_CHECKING:
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
 FP8_WEIGHT_DTYPE = torch.float8_e4m3fn
 
@@ -137,7 +142,8 @@ def _fp8_gemv(x: torch.Tensor, weight: torch.Tensor, layout: tuple[torch.Tensor,
     return y
 
 
-def weight_tiles(weight: torch.Tensor, block_n: int, block_k: int) -> object:
+def weight_tiles(weight: torch.Tensor, block_n: int,
+                 block_k: int) -> torch.Tensor | TensorDescriptor:
     """The weight as the one-row kernel reads it: a TMA descriptor of [block_n, block_k] tiles
     where the device has the Tensor Memory Accelerator (Hopper and later; the interpreter
     emulates it) and the rows start 16-byte aligned, else the weight itself, read through
