@@ -25,11 +25,11 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG GPU_BASE_IMAGE=ubuntu:24.04
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 # The GPU stack, pinned as one (docs/deploy.md says how to move it): torch for one CUDA, the
-# Triton that torch pins (torch 2.11.0 requires triton==3.6.0), FlashInfer of one version as
+# Triton that torch pins (torch 2.13.0 requires triton==3.7.1), FlashInfer of one version as
 # python + cubin (PyPI) + the jit-cache built for that CUDA (FlashInfer's own index). Changing
 # CUDA_VERSION means changing both index URLs with it: the build checks that they agree.
-ARG TORCH_VERSION=2.11.0
-ARG TRITON_VERSION=3.6.0
+ARG TORCH_VERSION=2.13.0
+ARG TRITON_VERSION=3.7.1
 ARG CUDA_VERSION=13.0
 ARG TORCH_CUDA_INDEX=https://download.pytorch.org/whl/cu130
 ARG FLASHINFER_VERSION=0.5.3
