@@ -23,12 +23,14 @@ PACKAGE_DIR = ROOT / "runtime" / PACKAGE
 # A top-level module (`radixserve/config.py`) is its own "package", named by its stem; the
 # package's `__init__` and `__main__` are the entry points at the top.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"utils", "logs", "settings", "version"}),
-    frozenset({"config", "sampling_params", "json_checks", "messages", "distributed"}),
+    frozenset({"utils", "logs", "settings", "options", "version"}),
+    frozenset({"config", "chat_template", "sampling_params", "json_checks", "messages",
+               "distributed"}),
     frozenset({"core"}),
     frozenset({"layers", "kvcache", "tokenizer", "constrained", "postprocess"}),
     frozenset({"models"}),
     frozenset({"attention", "engine"}),
+    frozenset({"ranks"}),  # the scheduler's processes: spawn, join, channel, heartbeat
     frozenset({"scheduler"}),
     frozenset({"offline", "llm", "testing"}),
     frozenset({"server", "bench"}),

@@ -1,15 +1,37 @@
 """Configuration by composition: a server holds an engine and a scheduler config; nothing overrides
-a parent's field. `add_engine_args` gives every entry point (serve, generate, bench, shell, LLM)
-the same flags, named as in mini-sglang/SGLang."""
+a parent's field. Every field is a setting declared once (`options.option`): its default, flags,
+choices, check and help; the flags of every entry point (serve, generate, bench, shell), the
+`LLM(...)` keywords and docs/configuration.md's table come from these declarations, and each
+config checks its values when it is made (`options.check_options`), before anything loads."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+import re
+from dataclasses import dataclass, field
 
 from radixserve import settings
+from radixserve.chat_template import read_chat_template
+from radixserve.options import (
+    add_options,
+    at_least,
+    check_options,
+    markdown_table,
+    non_negative,
+    option,
+    positive,
+    power_of_two,
+    values_from_args,
+    within,
+)
 
-# NOTE: spelled out here (as in `radixserve.kvcache.kv_dtype`) so importing the config needs no torch
+# NOTE: names only, so importing the config needs no torch (`kvcache/kv_dtype.py` maps them)
 KV_CACHE_DTYPE_CHOICES = ("auto", "bfloat16", "float16", "fp8_e4m3")
+DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
+# the attention backends `--attn` names (each registered by `attention/<name>_backend.py`)
+ATTN_CHOICES = ("torch", "triton", "flashinfer")
+CACHE_CHOICES = ("radix", "naive")  # the prefix caches `kvcache.PREFIX_CACHES` registers
+TOOL_CALL_PARSERS = ("auto", "hermes", "llama3", "none")
+REASONING_PARSERS = ("qwen3", "deepseek_r1")
 
 # Tokens per prefill batch (the prefill chunk) unless `--max-prefill-length` says otherwise. On a
 # GPU 8,192 (measured on the H200, docs/benchmarks.md). On CPU a step's cost grows with its tokens
@@ -19,47 +41,80 @@ GPU_PREFILL_LENGTH = 8192
 CPU_PREFILL_LENGTH = 512
 
 
+def _device_spec(v: str) -> str | None:
+    return None if re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) else "must be auto, cpu, cuda or cuda:N"
+
+
+def attn_names(spec: str) -> list[str]:
+    """The backends an `--attn` value names: `auto`, one name, or `PREFILL,DECODE`."""
+    return [p.strip() for p in spec.split(",")] if spec != "auto" else []
+
+
+def _attn_spec(v: str) -> str | None:
+    parts = attn_names(v)
+    if v != "auto" and (len(parts) > 2 or not all(parts)):
+        return "must be auto, a backend, or PREFILL,DECODE"
+    if bad := [p for p in parts if p not in ATTN_CHOICES]:
+        return (f"{v}: unknown attention backend {bad[0]!r}; choose one of: auto, "
+                f"{', '.join(ATTN_CHOICES)}")
+    return None
+
+
+def _chat_template(v: str) -> str | None:
+    try:
+        read_chat_template(v)
+    except (ValueError, OSError) as e:
+        return f"must be a Jinja template or a file holding one: {e}"
+    return None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"  # auto (the model's dtype) | bfloat16 | float16 | fp8_e4m3
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    tp: int = 1
-    page_size: int = 1
-    attn: str = "auto"  # auto | NAME | PREFILL,DECODE
-    memory_ratio: float = 0.9  # share of free device memory for weights + KV (GPU)
-    max_kv_tokens: int | None = None  # explicit KV capacity; default from memory (GPU) or a budget (CPU)
-    cuda_graph_max_bs: int | None = None  # None: chosen from memory; 0 disables
-    # prefill batches of up to this many tokens (at most the prefill chunk, max_prefill_length)
-    # run as piecewise CUDA graphs; None: 8,192; 0 disables
-    prefill_graph_max_tokens: int | None = None
-    seed: int = 0
-    load_format: str = "auto"  # auto: the checkpoint's weights | dummy: random, same shapes
-    context_length: int | None = None  # None: the model's max_position_embeddings; else at most it
+    model: str | None = option(
+        None, "--model", help="Hugging Face model directory or hub id",
+        default_text="the embedded SmolLM2-135M-Instruct")
+    dtype: str = option("auto", "--dtype", choices=DTYPE_CHOICES,
+                        help="weights' and activations' dtype (auto: the checkpoint's)")
+    kv_cache_dtype: str = option(
+        "auto", "--kv-cache-dtype", choices=KV_CACHE_DTYPE_CHOICES,
+        help="KV cache dtype (auto: the model's); fp8_e4m3 holds twice the tokens, scaled by the "
+             "checkpoint's k_scale/v_scale or 1.0")
+    device: str = option("auto", "--device", check=_device_spec,
+                         help="auto | cpu | cuda | cuda:N (auto: CUDA where there is one)")
+    tp: int = option(1, "--tp", "--tp-size", parse=int, check=at_least(1),
+                     help="tensor-parallel size (one process and GPU a rank)")
+    page_size: int = option(1, "--page-size", parse=int, check=power_of_two,
+                            help="KV page size in tokens (a power of two)")
+    attn: str = option("auto", "--attn", check=_attn_spec, metavar="auto|NAME|PREFILL,DECODE",
+                       help=f"attention backend ({', '.join(ATTN_CHOICES)}), or one for "
+                            "prefill and one for decode")
+    memory_ratio: float = option(0.9, "--memory-ratio", parse=float,
+                                 check=within(0, 1, open_low=True),
+                                 help="share of the GPU's free memory for weights and KV")
+    max_kv_tokens: int | None = option(
+        None, "--max-kv-tokens", parse=int, check=positive,
+        help="KV capacity in tokens", default_text="from free memory (GPU), or what "
+        "--max-running-requests and the context need within the machine's memory (CPU)")
+    cuda_graph_max_bs: int | None = option(
+        None, "--cuda-graph-max-bs", parse=int, check=non_negative,
+        help="largest decode batch captured as a CUDA graph (0 disables)",
+        default_text="chosen from memory")
+    prefill_graph_max_tokens: int | None = option(
+        None, "--prefill-graph-max-tokens", parse=int, check=non_negative,
+        help="prefill batches of up to this many tokens (at most --max-prefill-length) run as "
+             "piecewise CUDA graphs (0 disables)", default_text=str(GPU_PREFILL_LENGTH))
+    seed: int = option(0, "--seed", parse=int, help="seed of the engine's random sampling")
+    load_format: str = option(
+        "auto", "--load-format", choices=("auto", "dummy"),
+        help="dummy: random weights of the checkpoint's shapes, none read (benchmarks from a "
+             "config and tokenizer alone)")
+    context_length: int | None = option(
+        None, "--context-length", "--max-model-len", parse=int, check=at_least(2),
+        help="longest prompt + reply served (shorter than the model's also shrinks the page "
+             "table)", default_text="the model's context length")
 
     def __post_init__(self) -> None:
-        if self.load_format not in ("auto", "dummy"):
-            raise ValueError(f"load_format must be auto|dummy, got {self.load_format!r}")
-        ps = self.page_size
-        if ps < 1 or ps & (ps - 1):
-            raise ValueError(f"page_size must be a power of two, got {ps}")
-        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
-            raise ValueError(f"dtype must be auto|bfloat16|float16|float32, got {self.dtype!r}")
-        if self.kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
-            raise ValueError(f"kv_cache_dtype must be {'|'.join(KV_CACHE_DTYPE_CHOICES)}, "
-                             f"got {self.kv_cache_dtype!r}")
-        if self.tp < 1:
-            raise ValueError(f"tp must be at least 1, got {self.tp}")
-        if not 0.0 < self.memory_ratio <= 1.0:
-            raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
-        if self.max_kv_tokens is not None and self.max_kv_tokens < 1:
-            raise ValueError(f"max_kv_tokens must be positive, got {self.max_kv_tokens}")
-        if self.prefill_graph_max_tokens is not None and self.prefill_graph_max_tokens < 0:
-            raise ValueError(f"prefill_graph_max_tokens must be 0 (off) or positive, "
-                             f"got {self.prefill_graph_max_tokens}")
-        if self.context_length is not None and self.context_length < 2:
-            raise ValueError(f"context_length must be at least 2, got {self.context_length}")
+        check_options(self)
 
     def context_limit(self, max_position_embeddings: int) -> int:
         """The longest sequence (prompt and reply) served: the model's context length, or the
@@ -75,24 +130,28 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    cache: str = "radix"  # radix | naive
-    # tokens per prefill batch (chunked prefill bound); None: by device (`prefill_length`)
-    max_prefill_length: int | None = None
-    max_running_requests: int = 256
-    # NOTE: a factory, so the environment is read when a config is made (a test, the CLI or a
-    # parent may set it after import); `--disable-overlap` sets it False explicitly
-    overlap: bool = field(default_factory=lambda: not settings.DISABLE_OVERLAP.get())
+    cache: str = option("radix", "--cache", choices=CACHE_CHOICES, help="prefix cache")
+    max_prefill_length: int | None = option(
+        None, "--max-prefill-length", parse=int, check=positive,
+        help="tokens per prefill batch: a longer prompt is prefilled in chunks",
+        default_text=f"{GPU_PREFILL_LENGTH} on a GPU, {CPU_PREFILL_LENGTH} on CPU")
+    max_running_requests: int = option(256, "--max-running-requests", parse=int, check=positive,
+                                       help="requests decoded at once")
+    overlap: bool = option(
+        lambda: not settings.DISABLE_OVERLAP.get(), "--disable-overlap", store=False,
+        env=settings.DISABLE_OVERLAP, default_text="overlap on",
+        help="schedule the next batch only after the last one's tokens are read, instead of "
+             "overlapping the two")
     # prefill batches also carry the running requests' decode tokens (on: ITL p99 under long
     # prompts, measured on the H200, docs/benchmarks.md)
-    mixed_chunk: bool = True
+    mixed_chunk: bool = option(
+        True, "--disable-mixed-chunk", store=False, hidden=("--enable-mixed-chunk",),
+        default_text="mixed batches on",
+        help="prefill batches carry prompt tokens only, instead of also one decode token of "
+             "every running request (so they keep emitting while a long prompt is prefilled)")
 
     def __post_init__(self) -> None:
-        if self.max_prefill_length is not None and self.max_prefill_length < 1:
-            raise ValueError(f"max_prefill_length must be positive, got {self.max_prefill_length}")
-        if self.max_running_requests < 1:
-            raise ValueError(
-                f"max_running_requests must be positive, got {self.max_running_requests}"
-            )
+        check_options(self)
 
     def prefill_length(self, device_type: str) -> int:
         """Tokens per prefill batch on a `device_type` device: `max_prefill_length` when given,
@@ -106,78 +165,83 @@ class SchedulerConfig:
 class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    served_model_name: str | None = None
-    num_tokenizer: int = 0
-    api_key: str | None = None
-    shutdown_timeout: float = 30.0
-    default_max_tokens: int = 2048  # a chat request without max_tokens: bounds its KV reservation
-    metrics_without_key: bool = False
-    tool_call_parser: str = "auto"  # tool_choice auto: auto (from the chat template) | hermes | llama3 | none
-    reasoning_parser: str | None = None  # qwen3 | deepseek_r1: thinking as `reasoning_content`
-    chat_template: str | None = None  # a template's text, in place of the checkpoint's
-    sampling_defaults: str = "model"  # model: generation_config.json's for unset fields | openai
-    # transport limits (docs/api.md): a connection's header block, the idle time between requests,
-    # a request's body (bytes, and seconds without a byte of it), connections at once
-    header_timeout: float = 5.0
-    keep_alive_timeout: float = 5.0
-    max_request_body_bytes: int = 32 << 20
-    body_timeout: float = 30.0
-    max_connections: int = 1024
+    host: str = option("127.0.0.1", "--host", help="address to listen on")
+    port: int = option(8000, "--port", parse=int, check=within(1, 65535), help="port to listen on")
+    served_model_name: str | None = option(None, "--served-model-name", default_text="--model",
+                                           help="the model name clients use")
+    num_tokenizer: int = option(0, "--num-tokenizer", parse=int, check=non_negative,
+                                help="tokenizer processes (0: the detokenizer tokenizes too)")
+    api_key: str | None = option(
+        lambda: settings.API_KEY.get(), "--api-key", env=settings.API_KEY, default_text="none",
+        help="require this bearer token (prefer the environment variable: a flag shows in `ps`)")
+    shutdown_timeout: float = option(30.0, "--shutdown-timeout", parse=float, check=non_negative,
+                                     help="seconds in-flight requests get to finish on SIGTERM")
+    # a chat request without max_tokens: bounds its KV reservation
+    default_max_tokens: int = option(
+        2048, "--default-max-tokens", parse=int, check=positive,
+        help="max_tokens of a chat request that gives none (capped to the context left)")
+    metrics_without_key: bool = option(False, "--metrics-without-key", store=True, default_text="off",
+                                       help="serve /metrics without the API key (for scrapers)")
+    tool_call_parser: str = option(
+        "auto", "--tool-call-parser", choices=TOOL_CALL_PARSERS,
+        help="the model's tool-call format, parsed for tool_choice auto (auto: from its chat "
+             "template)")
+    reasoning_parser: str | None = option(
+        None, "--reasoning-parser", choices=REASONING_PARSERS,
+        help="return a reasoning model's <think> block as the message's reasoning_content, apart "
+             "from content (qwen3: the model opens it; deepseek_r1: the prompt does)")
+    chat_template: str | None = option(
+        None, "--chat-template", check=_chat_template, metavar="FILE_OR_TEMPLATE",
+        help="a Jinja chat template (a file, or the template itself) used in place of the "
+             "checkpoint's, e.g. for a base model that has none")
+    sampling_defaults: str = option(
+        "model", "--sampling-defaults", choices=("model", "openai"),
+        help="sampling fields a request leaves out: the model's generation_config.json values "
+             "(model, as vLLM and SGLang) or OpenAI's defaults (openai)")
+    # transport limits (docs/api.md)
+    header_timeout: float = option(
+        5.0, "--header-timeout", parse=float, check=positive,
+        help="seconds a connection gets to send a request's whole header block, else it is closed")
+    keep_alive_timeout: float = option(
+        5.0, "--keep-alive-timeout", parse=float, check=positive,
+        help="seconds an idle keep-alive connection is kept open between requests")
+    max_request_body_bytes: int = option(
+        32 << 20, "--max-request-body-bytes", parse=int, check=positive,
+        help="a larger request body is refused with 413 (32 MiB holds a full 128k-token context "
+             "as JSON many times)")
+    body_timeout: float = option(
+        30.0, "--body-timeout", parse=float, check=positive,
+        help="seconds without a byte of a request body that is still arriving: 408")
+    max_connections: int = option(1024, "--max-connections", parse=int, check=positive,
+                                  help="connections and requests at once; past it a request gets 503")
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
-def add_chat_template_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chat-template", default=None, metavar="FILE_OR_TEMPLATE",
-                   help="a Jinja chat template (a file, or the template itself) used in place of "
-                        "the checkpoint's, e.g. for a base model that has none")
+CONFIGS = (EngineConfig, SchedulerConfig, ServerConfig)  # every declared setting, in docs order
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="HF model dir or hub id (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPE_CHOICES,
-                   help="KV cache dtype (auto: the model's); fp8_e4m3 holds twice the tokens, "
-                        "scaled by the checkpoint's k_scale/v_scale or 1.0")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--page-size", type=int, default=1, help="KV page size (a power of two)")
-    p.add_argument("--attn", default="auto", help="attention backend: auto | torch | triton | flashinfer | PREFILL,DECODE")
-    p.add_argument("--memory-ratio", type=float, default=0.9)
-    p.add_argument("--max-kv-tokens", type=int, default=None)
-    p.add_argument("--context-length", "--max-model-len", dest="context_length", type=int, default=None,
-                   help="longest prompt + reply served (default: the model's context length; "
-                        "shorter also shrinks the page table)")
-    p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest decode batch captured (0 disables)")
-    p.add_argument("--prefill-graph-max-tokens", type=int, default=None,
-                   help="prefill batches of up to this many tokens (at most --max-prefill-length) "
-                        "run as piecewise CUDA graphs (default 8192; 0 disables)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
-                   help="dummy: random weights of the checkpoint's shapes, none read (benchmarks "
-                        "from a config and tokenizer alone)")
-    p.add_argument("--cache", default="radix", choices=["radix", "naive"], help="prefix cache")
-    p.add_argument("--max-prefill-length", type=int, default=None,
-                   help=f"tokens per prefill batch: a longer prompt is prefilled in chunks "
-                        f"(default {GPU_PREFILL_LENGTH} on a GPU, {CPU_PREFILL_LENGTH} on CPU)")
-    p.add_argument("--max-running-requests", type=int, default=256)
-    p.add_argument("--disable-overlap", action="store_true",
-                   help="schedule the next batch only after the last one's tokens are read "
-                        "(default: overlap them; RADIXSERVE_DISABLE_OVERLAP=1 does the same)")
-    p.add_argument("--disable-mixed-chunk", dest="mixed_chunk", action="store_false",
-                   help="prefill batches carry prompt tokens only (default: a prefill batch also "
-                        "carries one decode token of every running request, so they keep "
-                        "emitting while a long prompt is prefilled)")
-    p.add_argument("--enable-mixed-chunk", dest="mixed_chunk", action="store_true",
-                   help=argparse.SUPPRESS)  # the default; accepted so that commands that spell it out still run
-
-
-def _pick(cls: type, args: argparse.Namespace) -> dict:
-    return {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+    """The engine's and the scheduler's flags, shared by every entry point."""
+    add_options(p, EngineConfig)
+    add_options(p, SchedulerConfig)
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
-    sched = _pick(SchedulerConfig, args)
-    if getattr(args, "disable_overlap", False):  # else the default (RADIXSERVE_DISABLE_OVERLAP)
-        sched["overlap"] = False
-    return EngineConfig(**_pick(EngineConfig, args)), SchedulerConfig(**sched)
+    """The configs of the flags given (those left out take the declared defaults); ValueError
+    naming the field of a refused value."""
+    return (EngineConfig(**values_from_args(EngineConfig, args)),
+            SchedulerConfig(**values_from_args(SchedulerConfig, args)))
+
+
+def flags_markdown() -> str:
+    """docs/configuration.md's tables of flags, from the declarations above."""
+    return ("### Engine and scheduler: `serve`, `generate`, `shell`, `bench offline|latency`, "
+            "`LLM(...)`\n\n" + markdown_table((EngineConfig, SchedulerConfig), "`LLM(...)` keyword")
+            + "\n### Server: `serve` (`--chat-template` also `shell` and `LLM(chat_template=...)`)\n\n"
+            + markdown_table((ServerConfig,), "`ServerConfig` field"))
+
+
+if __name__ == "__main__":
+    print(flags_markdown(), end="")

@@ -19,12 +19,12 @@ import atexit
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.chat_template import read_chat_template
+from radixserve.config import EngineConfig, SchedulerConfig, ServerConfig
 from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
 from radixserve.offline.engine_loop import EngineLoop
 from radixserve.offline.outputs import (
@@ -35,9 +35,10 @@ from radixserve.offline.outputs import (
     stream_output,
 )
 from radixserve.offline.pipeline import LocalPipeline, Reply
+from radixserve.options import declared, options_of
 from radixserve.sampling_params import SamplingParams, choice_params
 from radixserve.scheduler.scheduler import Scheduler
-from radixserve.tokenizer.load import load_tokenizer, read_chat_template
+from radixserve.tokenizer.load import load_tokenizer
 from radixserve.tokenizer.tokenize import TokenizeManager, truncated
 
 if TYPE_CHECKING:
@@ -50,15 +51,29 @@ Params = SamplingParams | Sequence[SamplingParams] | None
 _DEFAULT_PARAMS = SamplingParams()
 
 
-def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
-    eng = {f.name for f in fields(EngineConfig)}
-    sch = {f.name for f in fields(SchedulerConfig)}
-    unknown = set(kwargs) - eng - sch
-    if unknown:
-        raise TypeError(
-            f"LLM got unknown options {sorted(unknown)}; known: {sorted((eng | sch) - {'model'})}"
-        )
-    return ({k: v for k, v in kwargs.items() if k in eng}, {k: v for k, v in kwargs.items() if k in sch})
+# `LLM(...)`'s keywords: every engine and scheduler setting, and the server's chat template
+_OWNERS = {f.name: cls for cls in (EngineConfig, SchedulerConfig) for f, _ in options_of(cls)
+           if f.name != "model"}
+_OWNERS["chat_template"] = ServerConfig
+
+
+def llm_config(model: str | None, options: dict[str, Any]) -> ServerConfig:
+    """The configuration of `LLM(model, **options)`: TypeError for an unknown keyword,
+    ValueError for a refused value (named as the keyword)."""
+    if unknown := sorted(set(options) - set(_OWNERS)):
+        raise TypeError(f"LLM got unknown options {unknown}; known: {sorted(_OWNERS)}")
+    given = {cls: {k: v for k, v in options.items() if _OWNERS[k] is cls}
+             for cls in (EngineConfig, SchedulerConfig, ServerConfig)}
+    return ServerConfig(engine=EngineConfig(model=model, **given[EngineConfig]),
+                        scheduler=SchedulerConfig(**given[SchedulerConfig]), **given[ServerConfig])
+
+
+def _options_doc() -> str:
+    lines = []
+    for name, cls in _OWNERS.items():
+        opt = declared(cls, name)
+        lines.append(f"    {name} ({opt.flag}): {opt.help}")
+    return "\n".join(lines)
 
 
 def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
@@ -68,29 +83,22 @@ def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
 
 
 class LLM:
-    def __init__(
-        self, model: str | None = None, *, dtype: str = "auto", device: str = "auto",
-        page_size: int = 1, cache: str = "radix", max_prefill_length: int | None = None,
-        max_running_requests: int = 256, chat_template_kwargs: dict | None = None,
-        chat_template: str | None = None, **more: object,
-    ) -> None:
-        """`chat_template_kwargs`: variables for the chat template of every chat prompt (Qwen3's
+    def __init__(self, model: str | None = None, *, chat_template_kwargs: dict | None = None,
+                 **options: Any) -> None:
+        """`model`: a Hugging Face directory or hub id (None: the embedded model).
+        `chat_template_kwargs`: variables for the chat template of every chat prompt (Qwen3's
         `{"enable_thinking": False}`), as the server's request field of that name.
-        `chat_template`: a Jinja template (a file, or the template itself) in place of the
-        checkpoint's, as the server's `--chat-template`; ValueError where it is neither."""
-        template = read_chat_template(chat_template) if chat_template is not None else None
+        `options`: the server's settings by their names (docs/configuration.md), each with the
+        default and check of its flag; ValueError for a refused value, TypeError for an unknown
+        name."""
+        cfg = llm_config(model, options)
+        eng_cfg, sch_cfg = cfg.engine, cfg.scheduler
+        template = read_chat_template(cfg.chat_template) if cfg.chat_template is not None else None
         self._template_kwargs = json.dumps(chat_template_kwargs) if chat_template_kwargs else None
-
-        eng, sch = _split_kwargs(dict(
-            model=model, dtype=dtype, device=device, page_size=page_size, cache=cache,
-            max_prefill_length=max_prefill_length, max_running_requests=max_running_requests,
-            **more,
-        ))
-        eng_cfg, sch_cfg = EngineConfig(**eng), SchedulerConfig(**sch)
         if eng_cfg.tp > 1:  # NOTE: one TP group per process (torch.distributed is global)
-            from radixserve.scheduler.tp_launch import start_group
+            from radixserve.scheduler.tp import start_leader
 
-            self.scheduler = start_group(eng_cfg, sch_cfg)
+            self.scheduler = start_leader(eng_cfg, sch_cfg)
             atexit.register(self.close)
         else:
             self.scheduler = Scheduler(eng_cfg, sch_cfg)
@@ -254,3 +262,6 @@ class LLM:
         if not col.done() or col.failure is not None:
             self._engine.abort(list(index))
         self._engine.settle()
+
+
+LLM.__init__.__doc__ = f"{LLM.__init__.__doc__}\n\n    Options:\n{_options_doc()}"

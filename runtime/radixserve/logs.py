@@ -16,9 +16,8 @@ from typing import Any
 
 from radixserve import settings
 
-LEVEL_ENV = settings.LOG_LEVEL.name
 FORMAT_ENV = settings.LOG_FORMAT.name
-FORMATS = ("plain", "json")
+FORMATS = settings.LOG_FORMAT.choices
 
 # The id of the HTTP request being served in this context (set by the access-log middleware).
 request_id: ContextVar[str | None] = ContextVar("radixserve_request_id", default=None)

@@ -37,6 +37,11 @@ class EnvSetting(Generic[T]):
     def is_set(self) -> bool:
         return bool(os.environ.get(self.name, "").strip())
 
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        """The values a choice setting takes (its one list), or None."""
+        return getattr(self.parse, "options", None)
+
 
 def _seconds(raw: str) -> float:
     try:
@@ -67,13 +72,17 @@ def _flag(raw: str) -> bool:
     raise ValueError("must be 1/true/yes/on or 0/false/no/off")
 
 
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
+class _Choice:
+    """A parser for one of `options` (case-insensitive); its `options` are the choice list."""
+
+    def __init__(self, *options: str) -> None:
+        self.options = options
+
+    def __call__(self, raw: str) -> str:
         low = raw.lower()
-        if low not in options:
-            raise ValueError(f"must be one of {', '.join(options)}")
+        if low not in self.options:
+            raise ValueError(f"must be one of {', '.join(self.options)}")
         return low
-    return parse
 
 
 def _text(raw: str) -> str:
@@ -113,8 +122,9 @@ MODEL_REVISION: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_MODEL_REVISION", None, "Hugging Face revision (branch, tag or commit) of a hub "
     "model; the operator sets it on the download and serving containers.", _text, "the main branch")
 CPU_KV_GIB: EnvSetting[float] = EnvSetting(
-    "RADIXSERVE_CPU_KV_GIB", 2.0, "KV-cache budget on CPU, in GiB (on GPUs it comes from free "
-    "memory and `--memory-ratio`).", _non_negative)
+    "RADIXSERVE_CPU_KV_GIB", None, "KV-cache budget on CPU, in GiB, at most half the memory left "
+    "(on GPUs it comes from free memory and `--memory-ratio`).", _non_negative,
+    "what `--max-running-requests` x the context can use")
 PDL: EnvSetting[bool] = EnvSetting(
     "RADIXSERVE_PDL", True, "Programmatic dependent launch of the decode-path Triton kernels on "
     "Hopper and later (the next kernel launches while one finishes); `0` turns it off.", _flag, "on")
@@ -122,17 +132,17 @@ PDL: EnvSetting[bool] = EnvSetting(
 ALLREDUCE: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_ALLREDUCE", "auto", "TP all-reduce: `auto` (symmetric-memory one-/two-shot over "
     "NVLink by size, NCCL above), `nccl`, `one_shot`, `two_shot`.",
-    _choice("auto", "nccl", "one_shot", "two_shot"))
+    _Choice("auto", "nccl", "one_shot", "two_shot"))
 TP_INIT_TIMEOUT_S: EnvSetting[float] = EnvSetting(
     "RADIXSERVE_TP_INIT_TIMEOUT_S", 600.0, "Seconds a tensor-parallel rank waits for the others to "
     "join the group.", _seconds)
 # --- logging and debugging ---
 LOG_FORMAT: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_LOG_FORMAT", "plain", "`plain` or `json` (one JSON object per line); "
-    "`--log-format` sets it for every process.", _choice("plain", "json"))
+    "`--log-format` sets it for every process.", _Choice("plain", "json"))
 LOG_LEVEL: EnvSetting[str] = EnvSetting(
     "RADIXSERVE_LOG_LEVEL", None, "DEBUG, INFO, WARNING, ERROR or CRITICAL for every process.",
-    lambda raw: _choice("debug", "info", "warning", "error", "critical")(raw).upper(), "INFO")
+    lambda raw: _Choice("debug", "info", "warning", "error", "critical")(raw).upper(), "INFO")
 DEBUG: EnvSetting[bool] = EnvSetting(
     "RADIXSERVE_DEBUG", False, "Show tracebacks for user errors (as `--debug`).", _flag, "off")
 STACK_DUMP_S: EnvSetting[float] = EnvSetting(

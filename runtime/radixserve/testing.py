@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from radixserve.models.gemma3 import FULL, SLIDING
+
 ARCHS = ("llama", "llama3", "qwen2", "qwen3", "qwen3_moe")
 # sliding-window architectures, tested on their own (their windows need the torch or Triton backend)
 WINDOWED_ARCHS = ("mistral", "gemma3")
@@ -119,7 +121,7 @@ _ARCH_CONFIG: dict[str, dict[str, Any]] = {
         "architectures": ["Gemma3ForCausalLM"],
         "tie_word_embeddings": True,
         "num_hidden_layers": 3,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "layer_types": [SLIDING, FULL, SLIDING],
         "sliding_window": SLIDING_WINDOW,
         "query_pre_attn_scalar": 24,  # not head_dim: the attention scale differs from 1/sqrt(16)
         "hidden_act": "gelu_pytorch_tanh",

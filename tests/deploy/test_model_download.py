@@ -205,8 +205,8 @@ def test_download_fetches_exactly_what_serve_reads(monkeypatch) -> None:
     snapshot complete (huggingface_hub checks it against the cached tree listing)."""
     import huggingface_hub
 
-    from radixserve.cli.download import ALLOW_PATTERNS
     from radixserve.models import default_model
+    from radixserve.models.default_model import HUB_FILES
 
     seen: dict = {}
 
@@ -216,7 +216,7 @@ def test_download_fetches_exactly_what_serve_reads(monkeypatch) -> None:
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
     default_model._download("org/tiny")
-    assert sorted(seen["allow_patterns"]) == sorted(ALLOW_PATTERNS)
+    assert sorted(seen["allow_patterns"]) == sorted(HUB_FILES)
 
 
 def test_progress_is_logged_as_lines(monkeypatch, caplog) -> None:

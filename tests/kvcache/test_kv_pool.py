@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixserve.kvcache import MHAKVPool, PageAllocator, kv_bytes_per_token, num_pages_for_budget
+from radixserve.kvcache import MHAKVPool, PageAllocator, kv_bytes_per_token
 
 
 def make_pool(num_pages: int = 4, page_size: int = 4) -> MHAKVPool:
@@ -55,11 +55,5 @@ def test_sizing() -> None:
     # 2 (K and V) * 24 layers * 8 heads * 128 dims * 2 bytes
     assert kv_bytes_per_token(24, 8, 128, torch.bfloat16) == 2 * 24 * 8 * 128 * 2
     assert kv_bytes_per_token(1, 1, 1, torch.float32) == 8
-    # 10 pages of 16 tokens * 8 bytes fit in 1280 bytes; one is kept for the scratch page.
-    assert num_pages_for_budget(1280, 8, 16) == 9
-    assert num_pages_for_budget(1279, 8, 16) == 8
-    assert num_pages_for_budget(100, 8, 16) == 0
     with pytest.raises(ValueError, match="head_dim"):
         kv_bytes_per_token(1, 1, 0, torch.float32)
-    with pytest.raises(ValueError, match="page_size"):
-        num_pages_for_budget(1000, 8, 0)

@@ -18,7 +18,7 @@ class DenseCausalBackend(BaseAttnBackend):
         pass
 
     def prepare(self, batch: Batch) -> None:
-        assert batch.bs == 1 and batch.prefix_lens_cpu == [0]
+        assert batch.bs == 1 and batch.seq_lens_cpu == batch.extend_lens_cpu  # no cached prefix
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer_id: int,

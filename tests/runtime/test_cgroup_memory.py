@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from radixserve.engine import kv_sizing
+from radixserve.kvcache import sizing as kv_sizing
 from radixserve.utils.cgroup_memory import headroom_bytes
 
 GIB = 2**30

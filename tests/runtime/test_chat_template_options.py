@@ -55,7 +55,7 @@ PLAIN = "{%- for m in messages %}{{ m.role | upper }}: {{ m.content }}\n{%- endf
 
 
 def test_read_chat_template_takes_a_file_or_the_template(tmp_path) -> None:
-    from radixserve.tokenizer.load import read_chat_template
+    from radixserve.chat_template import read_chat_template
 
     path = tmp_path / "plain.jinja"
     path.write_text(PLAIN)

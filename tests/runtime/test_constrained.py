@@ -275,7 +275,7 @@ def test_scheduler_process_turns_a_compile_failure_into_request_failed(path) -> 
     import zmq
 
     from radixserve.messages import IpcAddresses, RequestFailed, RequestStarted, make_socket
-    from radixserve.scheduler.process import SchedulerLoop
+    from radixserve.scheduler.loop import SchedulerLoop
 
     addrs = IpcAddresses.create()
     ctx = zmq.Context()

@@ -94,7 +94,7 @@ def test_defaults_parsing_and_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_a_value_set_after_import_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server's health check reads its limits on use, so a test or parent can set them late."""
-    from radixserve.engine.kv_sizing import kv_token_capacity
+    from radixserve.kvcache.sizing import kv_token_capacity
 
     monkeypatch.setenv("RADIXSERVE_CPU_KV_GIB", "1")
     one = kv_token_capacity(__import__("torch").device("cpu"), 1024, 0.9, 10**9)

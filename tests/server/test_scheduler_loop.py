@@ -18,7 +18,7 @@ from radixserve.messages import (
     recv_nowait,
 )
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler.process import SchedulerLoop
+from radixserve.scheduler.loop import SchedulerLoop
 
 
 @pytest.fixture(scope="module")

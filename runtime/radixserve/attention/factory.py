@@ -13,16 +13,13 @@ import torch
 from radixserve.attention.base import ATTN_BACKENDS, AttnConfig, BaseAttnBackend
 from radixserve.attention.flashinfer_limits import flashinfer_head_dim_blocker
 from radixserve.attention.hybrid import HybridBackend
+from radixserve.config import ATTN_CHOICES, attn_names
 from radixserve_kernels.kv_quant import is_fp8
 
 logger = logging.getLogger(__name__)
 
-# modules that register a backend when imported; the GPU ones import their kernels lazily
-_MODULES = {
-    "torch": "radixserve.attention.torch_backend",
-    "triton": "radixserve.attention.triton_backend",
-    "flashinfer": "radixserve.attention.flashinfer_backend",
-}
+# the module that registers each backend when imported; the GPU ones import their kernels lazily
+_MODULES = {name: f"radixserve.attention.{name}_backend" for name in ATTN_CHOICES}
 _NEEDS = {"triton": "triton", "flashinfer": "flashinfer"}  # backend -> python package
 _DEFAULT_NVCC = Path("/usr/local/cuda/bin/nvcc")  # FlashInfer's last resort, as torch's
 
@@ -103,9 +100,8 @@ def _prefill_module_prebuilt(cfg: AttnConfig) -> bool | None:
 
 def check_backend(name: str, device_type: str) -> None:
     """ValueError unless backend `name` can run on `device_type` with what is installed; imports
-    nothing (the CLI checks `--attn` with it before any process starts)."""
-    if name not in _MODULES:
-        raise ValueError(f"unknown attention backend {name!r}; choose one of: auto, {', '.join(_MODULES)}")
+    nothing (the CLI checks `--attn` with it before any process starts; `EngineConfig` has
+    checked the name)."""
     if device_type != "cuda" and name != "torch":
         raise ValueError(f"attention backend {name!r} needs a CUDA device; use --attn torch on CPU")
     pkg = _NEEDS.get(name)
@@ -152,12 +148,8 @@ def resolve_attn_spec(spec: str, device_type: str,
     `kv_dtype`, where given)."""
     if spec == "auto":
         return _auto(device_type, kv_dtype=kv_dtype)[:2]
-    parts = [p.strip() for p in spec.split(",")]
-    if len(parts) == 1:
-        return parts[0], parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise ValueError(f"--attn must be NAME or PREFILL,DECODE, got {spec!r}")
+    parts = attn_names(spec)  # (one or two names: `EngineConfig` checked the spec)
+    return parts[0], parts[-1]
 
 
 def create_attn_backend(spec: str, cfg: AttnConfig) -> BaseAttnBackend:

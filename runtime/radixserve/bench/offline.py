@@ -14,7 +14,7 @@ from radixserve.bench.workload import BenchRequest
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
-from radixserve.scheduler.tp_launch import scheduler_group
+from radixserve.scheduler.tp import scheduler_group
 
 
 def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,

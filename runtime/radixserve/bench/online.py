@@ -169,6 +169,11 @@ def report(results: list[RequestResult], duration: float) -> str:
                      ("ITL", [x for r in ok for x in r.itls]), ("E2E", [r.latency for r in ok])]:
         p, mean = percentiles(xs), statistics.fmean(xs) if xs else float("nan")
         lines.append(f"{name:<5} " + " ".join(f"{v * 1e3:9.2f}" for v in (mean, p[50], p[90], p[99])))
+    waits = [r.sent_at - r.scheduled_at for r in results]
+    if any(w > 1e-3 for w in waits):  # arrivals held back by --max-concurrency
+        p = percentiles(waits)
+        lines.append(f"client queue (arrival to send, --max-concurrency): mean "
+                     f"{statistics.fmean(waits) * 1e3:.2f} ms, p99 {p[99] * 1e3:.2f} ms")
     for err, count in Counter(r.error for r in failed).most_common(5):
         lines.append(f"failed x{count}: {err}")
     return "\n".join(lines)

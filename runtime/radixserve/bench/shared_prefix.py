@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from radixserve.bench.offline import bench_config
 from radixserve.bench.workload import shared_prefix_workload
-from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.config import CACHE_CHOICES, EngineConfig, SchedulerConfig
 
 
 class PrefixRun(NamedTuple):
@@ -37,7 +37,7 @@ def run_shared_prefix(
           f"{suffix_range} tokens, output {output_range}, seed 0, ignore_eos ({prompt_tokens} "
           f"prompt tokens); {warmup} warm-up requests with the same system prompt", flush=True)
     runs: list[PrefixRun] = []
-    for cache in ("radix", "naive"):
+    for cache in CACHE_CHOICES:  # the radix cache, then the naive one
         stats: dict[str, int] = {}
         tps, desc = bench_config(eng, dataclasses.replace(sch, cache=cache), reqs, warmup,
                                  warmup_reqs=warm, stats=stats)

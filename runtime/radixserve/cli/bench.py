@@ -7,7 +7,10 @@ import itertools
 import os
 import statistics
 
+from radixserve import settings
 from radixserve.config import KV_CACHE_DTYPE_CHOICES, add_engine_args
+
+BATCH_SIZES = [1, 8, 64, 256]  # decode batch sizes timed by `latency` and `allreduce`
 
 
 def _add_shape_args(p: argparse.ArgumentParser) -> None:
@@ -33,9 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     off = bsub.add_parser("offline", help="offline throughput (output tokens/s)")
     add_engine_args(off)
     _add_shape_args(off)
-    off.add_argument("--num-prompts", type=int, default=None)
-    off.add_argument("--input-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
-    off.add_argument("--output-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"))
+    off.add_argument("--num-prompts", type=int, default=None,
+                     help="requests (default: 256 with --model-preset, else 64)")
+    off.add_argument("--input-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                     help="prompt tokens (default: 100 1024 with --model-preset, else 32 256)")
+    off.add_argument("--output-len", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                     help="output tokens (default: 100 1024 with --model-preset, else 64 64)")
     off.add_argument("--baseline", choices=["transformers", "none"], default="transformers")
     off.add_argument("--baseline-batch-size", type=int, default=64)
     off.add_argument("--ablate", action="store_true", help="rerun without overlap, CUDA graphs, radix cache")
@@ -66,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lat = bsub.add_parser("latency", help="decode step time at fixed batch sizes")
     add_engine_args(lat)
     _add_shape_args(lat)
-    lat.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    lat.add_argument("--batch-sizes", type=int, nargs="+", default=BATCH_SIZES)
     lat.add_argument("--input-len", type=int, default=128)
     lat.add_argument("--steps", type=int, default=64)
     lat.add_argument("--profile", default=None, metavar="DIR",
@@ -101,10 +107,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ar = bsub.add_parser("allreduce", help="all-reduce time per decode step (CUDA graphs): NCCL "
                          "against the symmetric-memory one-shot/two-shot kernels")
     ar.add_argument("--tp", type=int, default=2, help="GPUs (one process each)")
-    ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64, 256])
+    ar.add_argument("--batch-sizes", type=int, nargs="+", default=BATCH_SIZES)
     ar.add_argument("--hidden", type=int, default=5120, help="hidden size (default: Qwen3-14B)")
     ar.add_argument("--layers", type=int, default=40, help="layers per decode step (2 all-reduces each)")
-    ar.add_argument("--impl", nargs="+", default=["nccl", "one_shot", "two_shot", "auto"],
+    ar.add_argument("--impl", nargs="+", default=sorted(settings.ALLREDUCE.choices, key=lambda m: m == "auto"),
                     help="implementations to time: nccl, one_shot, two_shot, auto (the engine's pick)")
     ar.set_defaults(func=run_allreduce)
 
@@ -113,19 +119,19 @@ def _engine_configs(args: argparse.Namespace):
     import dataclasses
 
     from radixserve.bench.presets import preset_dir
-    from radixserve.config import configs_from_args
+    from radixserve.cli.preflight import engine_configs
 
     if args.model_preset:
         if not args.dummy_weights:
             raise SystemExit("--model-preset has no weights: add --dummy-weights")
         args.model = str(preset_dir(args.model_preset))
-    eng, sch = configs_from_args(args)
+    eng, sch = engine_configs(args)
     if args.dummy_weights:
         eng = dataclasses.replace(eng, load_format="dummy")
     return eng, sch
 
 
-def _allreduce_modes(args: argparse.Namespace) -> list[str | None]:
+def _allreduce_modes(args: argparse.Namespace, tp: int) -> list[str | None]:
     """The `--allreduce` modes to run in turn (None: leave RADIXSERVE_ALLREDUCE as it is);
     checked before any process starts."""
     from radixserve.distributed.allreduce_choice import ENV, MODES
@@ -133,7 +139,7 @@ def _allreduce_modes(args: argparse.Namespace) -> list[str | None]:
     modes = args.allreduce or [None]
     if bad := [m for m in modes if m is not None and m not in MODES]:
         raise SystemExit(f"bench: --allreduce takes {', '.join(MODES)}, got {', '.join(bad)}")
-    if args.allreduce and args.tp < 2:
+    if args.allreduce and tp < 2:
         raise SystemExit("bench: --allreduce needs --tp 2 or more (TP=1 has no all-reduce)")
     if os.environ.get(ENV) and args.allreduce:
         raise SystemExit(f"bench: --allreduce and {ENV} are both set; use one")
@@ -156,6 +162,7 @@ def run_latency(args: argparse.Namespace) -> int:
     import dataclasses
     import gc
 
+    eng, sch = _engine_configs(args)  # the flags first: a mistake answers before torch loads
     import torch
 
     from radixserve.bench.breakdown import format_breakdown
@@ -164,10 +171,9 @@ def run_latency(args: argparse.Namespace) -> int:
     from radixserve.bench.weight_bound import bound_ms, copy_bandwidth, weight_bytes_per_step
     from radixserve.distributed.allreduce_choice import ENV
     from radixserve.engine.device import resolve_device
-    from radixserve.scheduler.tp_launch import scheduler_group
+    from radixserve.scheduler.tp import scheduler_group
 
-    modes = _allreduce_modes(args)
-    eng, sch = _engine_configs(args)
+    modes = _allreduce_modes(args, eng.tp)
     if args.breakdown and eng.tp > 1:  # rank 0's hooks only, while its followers replay graphs
         raise SystemExit("bench latency: --breakdown times one process; run it with --tp 1")
     engines = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
@@ -299,14 +305,14 @@ def run_online_cli(args: argparse.Namespace) -> int:
 def run_offline(args: argparse.Namespace) -> int:
     import dataclasses
 
+    eng, sch = _engine_configs(args)  # the flags first: a mistake answers before torch loads
     import torch
 
     from radixserve.bench.baseline import load_hf_model, run_transformers
     from radixserve.bench.offline import bench_config
     from radixserve.bench.workload import random_workload
 
-    modes = _allreduce_modes(args)
-    eng, sch = _engine_configs(args)
+    modes = _allreduce_modes(args, eng.tp)
     variants = _quantized_variants(eng, args.dummy_quantization, args.dummy_weights)
     eng = variants[0][1]  # the ablations, comparisons and baseline run the first
     big = args.model_preset is not None
@@ -320,7 +326,8 @@ def run_offline(args: argparse.Namespace) -> int:
     from radixserve.models.hf_config import text_config
 
     path = resolve_model_path(eng.model)
-    vocab = text_config(AutoConfig.from_pretrained(path)).vocab_size
+    hf_config = AutoConfig.from_pretrained(path)
+    vocab = text_config(hf_config).vocab_size
     if args.repeat < 1:
         raise SystemExit(f"bench: --repeat must be at least 1, got {args.repeat}")
     if args.shared_prefix is not None:
@@ -402,7 +409,7 @@ def run_offline(args: argparse.Namespace) -> int:
         from radixserve.models.loader import resolve_dtype
 
         dev = resolve_device(eng.device)
-        dtype = resolve_dtype(eng.dtype, AutoConfig.from_pretrained(path), dev)
+        dtype = resolve_dtype(eng.dtype, hf_config, dev)
         model = load_hf_model(path, dtype, dev, args.dummy_weights)
         pad = model.config.pad_token_id or 0
         secs, toks = run_transformers(model, reqs, args.baseline_batch_size, pad)

@@ -23,12 +23,10 @@ from typing import Self
 
 from radixserve import settings
 from radixserve.cli.preflight import UsageError, check_model
+from radixserve.models.default_model import HUB_FILES
 
 logger = logging.getLogger(__name__)
 
-# NOTE: the files `serve` fetches (models/default_model.py `_download`): with the same patterns, an
-# offline `serve` finds the snapshot complete (a test compares the two lists).
-ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
 PROGRESS_EVERY_S = 10.0
 REVISION_ENV = settings.MODEL_REVISION.name  # the operator sets it on both containers
 
@@ -137,7 +135,7 @@ def fetch(repo_id: str, revision: str | None, hub_cache: Path | None) -> Path:
     token_hint = "the token in HF_TOKEN has no access to it" if os.environ.get("HF_TOKEN") else "set HF_TOKEN"
     try:
         return Path(snapshot_download(
-            repo_id, revision=revision, cache_dir=hub_cache, allow_patterns=ALLOW_PATTERNS,
+            repo_id, revision=revision, cache_dir=hub_cache, allow_patterns=HUB_FILES,
             tqdm_class=None if sys.stderr.isatty() else LogProgress,
         ))
     except HFValidationError:

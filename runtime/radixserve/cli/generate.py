@@ -19,14 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from radixserve.cli.preflight import UsageError, as_flag, check_engine
-    from radixserve.sampling_params import SamplingParams
+    from radixserve.cli.preflight import check_engine, sampling_from_args
 
-    try:  # every flag before the model loads
-        sp = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, top_k=args.top_k)
-    except ValueError as e:
-        raise UsageError(as_flag(str(e))) from None
+    sp = sampling_from_args(args)  # every flag before the model loads
     eng, sch = check_engine(args)
     from radixserve.llm import LLM
 

@@ -5,14 +5,26 @@ one line on stderr and exit code 2 (`cli/__init__.py`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
+import glob
 import json
+import os
 import re
 import socket
 from pathlib import Path
 from types import SimpleNamespace
 
-from radixserve.config import EngineConfig, SchedulerConfig, configs_from_args
+from radixserve.config import (
+    CONFIGS,
+    EngineConfig,
+    SchedulerConfig,
+    ServerConfig,
+    attn_names,
+    configs_from_args,
+)
+from radixserve.options import flag_of, values_from_args
+from radixserve.sampling_params import SamplingParams
 
 
 class UsageError(Exception):
@@ -20,24 +32,46 @@ class UsageError(Exception):
 
 
 def as_flag(message: str) -> str:
-    """`page_size must be …` -> `--page-size must be …`: name the flag the user typed."""
+    """`page_size must be …` -> `--page-size must be …`: name the flag the user typed (the
+    declared one, else the field's name spelled as a flag)."""
     first, _, rest = message.partition(" ")
-    return f"--{first.replace('_', '-')} {rest}" if re.fullmatch(r"[a-z][a-z0-9_]*", first) and rest else message
+    if not (re.fullmatch(r"[a-z][a-z0-9_]*", first) and rest):
+        return message
+    return f"{flag_of(CONFIGS, first) or '--' + first.replace('_', '-')} {rest}"
 
 
 def engine_configs(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
+    """The engine's and scheduler's flags checked (their values alone: nothing is read)."""
     try:
         return configs_from_args(args)
     except ValueError as e:
         raise UsageError(as_flag(str(e))) from None
 
 
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """Every `serve` flag's value checked (nothing is read but a `--chat-template` file)."""
+    engine, sched = engine_configs(args)
+    try:
+        return ServerConfig(engine=engine, scheduler=sched, **values_from_args(ServerConfig, args))
+    except ValueError as e:
+        raise UsageError(as_flag(str(e))) from None
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    """`generate`'s and `shell`'s sampling flags (those the command has) as SamplingParams."""
+    names = ("max_tokens", "temperature", "top_p", "top_k")
+    try:
+        return SamplingParams(**{n: getattr(args, n) for n in names if hasattr(args, n)})
+    except ValueError as e:
+        raise UsageError(as_flag(str(e))) from None
+
+
 def check_model(model: str | None) -> None:
     """The model is there (or, for a hub id, can be asked for) — without loading anything."""
-    from radixserve.models.default_model import cache_dir, find_embedded_gguf
+    from radixserve.models.default_model import embedded_model_ready, find_embedded_gguf
 
     if model is None:
-        if not (cache_dir() / "SmolLM2-135M-Instruct" / "config.json").exists():
+        if not embedded_model_ready():
             try:
                 find_embedded_gguf()
             except FileNotFoundError as e:
@@ -62,14 +96,15 @@ def resolve_model(model: str | None) -> Path:
         raise UsageError(str(e)) from None
 
 
-def _model_shape(model: str | None) -> SimpleNamespace:
+def _model_shape(path: str | Path | None) -> SimpleNamespace:
     """The config fields the flags are checked against, read as plain JSON: importing torch and
-    transformers for this would make a mistake in the command line cost seconds. For the embedded
-    model not yet converted, read from its GGUF header (converting it is work)."""
-    from radixserve.models.default_model import cache_dir, find_embedded_gguf
-
-    if model is None and not (cache_dir() / "SmolLM2-135M-Instruct" / "config.json").exists():
+    transformers for this would make a mistake in the command line cost seconds. `path`: the
+    model's directory; None: the embedded model not yet converted, read from its GGUF header
+    (converting it is work)."""
+    if path is None:
         from gguf import GGUFReader
+
+        from radixserve.models.default_model import find_embedded_gguf
 
         fields = GGUFReader(find_embedded_gguf()).fields
 
@@ -81,16 +116,14 @@ def _model_shape(model: str | None) -> SimpleNamespace:
                                num_key_value_heads=value("attention.head_count_kv"),
                                intermediate_size=value("feed_forward_length"),
                                max_position_embeddings=value("context_length"))
-    from radixserve.models.default_model import resolve_model_path
     from radixserve.models.hf_config import text_config
 
     try:
-        path = Path(resolve_model_path(model)) / "config.json"
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RuntimeError) as e:
-        raise UsageError(f"--model {model}: {e}".splitlines()[0]) from None
+        data = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--model {path}: {e}".splitlines()[0]) from None
     if not isinstance(data, dict):
-        raise UsageError(f"--model {model}: config.json is not a JSON object")
+        raise UsageError(f"--model {path}: config.json is not a JSON object")
     text = text_config(data)
     if text is not data and isinstance(text, dict):  # a multimodal checkpoint: its language model,
         outer = {k: data[k] for k in ("architectures", "quantization_config") if k in data}
@@ -103,7 +136,7 @@ def _model_shape(model: str | None) -> SimpleNamespace:
 def check_model_shape(eng: EngineConfig, shape: SimpleNamespace) -> None:
     """`--tp` divides the model's heads and `--context-length` is within the model's: plain
     arithmetic on the config, before anything heavy is imported."""
-    from radixserve.scheduler.tp_launch import validate_tp
+    from radixserve.ranks.shape import validate_tp
 
     tp_fields = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
     try:
@@ -121,14 +154,14 @@ def check_model_shape(eng: EngineConfig, shape: SimpleNamespace) -> None:
 
 
 def check_architecture(shape: SimpleNamespace) -> None:
-    """The config names an architecture this engine runs (imports the model classes, so torch),
-    quantized, if at all, in a format it loads."""
-    from radixserve.models.architectures import get_model_class
+    """The config names an architecture this engine runs, quantized, if at all, in a format it
+    loads (names and fields only: no torch)."""
     from radixserve.models.quantization import read_quantization
+    from radixserve.models.registry import supported_architecture
 
     if hasattr(shape, "architectures"):
         try:
-            get_model_class(shape)
+            supported_architecture(shape)
             read_quantization(shape)
         except ValueError as e:
             raise UsageError(str(e)) from None
@@ -137,12 +170,19 @@ def check_architecture(shape: SimpleNamespace) -> None:
 def check_device(eng: EngineConfig) -> None:
     """`--device`, `--tp` against the visible GPUs, `--attn` against the device, and an FP8 KV
     cache against the GPU's generation."""
+    if eng.device.startswith("cuda") and not nvidia_driver_present():  # (before torch's import)
+        raise UsageError(f"--device {eng.device}: CUDA is not available on this machine "
+                         "(no NVIDIA driver)")
+    if not nvidia_driver_present() or eng.device == "cpu":  # CPU: known without torch
+        for name in attn_names(eng.attn):
+            if name != "torch":
+                raise UsageError(f"--attn {eng.attn}: attention backend {name!r} needs a CUDA "
+                                 "device; use --attn torch on CPU")
+        return
     import torch
 
     from radixserve.attention.factory import check_backend, resolve_attn_spec
 
-    if eng.device != "auto" and not re.fullmatch(r"cpu|cuda(:\d+)?", eng.device):
-        raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, got {eng.device!r}")
     if eng.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {eng.device}: CUDA is not available on this machine")
     device_type = "cuda" if eng.device.startswith("cuda") or (eng.device == "auto" and torch.cuda.is_available()) else "cpu"
@@ -163,6 +203,11 @@ def check_device(eng: EngineConfig) -> None:
             raise UsageError(str(e)) from None
 
 
+def nvidia_driver_present() -> bool:
+    """Whether this machine could have CUDA at all, known without importing torch."""
+    return os.path.exists("/proc/driver/nvidia/version") or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
 def check_weights(eng: EngineConfig) -> None:
     """A local model directory has the safetensors weights the loader reads, unless none are read."""
     path = Path(eng.model).expanduser() if eng.model else None
@@ -174,35 +219,33 @@ def check_weights(eng: EngineConfig) -> None:
 
 
 def check_engine(args: argparse.Namespace) -> tuple[EngineConfig, SchedulerConfig]:
-    """Every engine flag, the device and the model, without loading anything."""
+    """Every engine flag, the device and the model, loading nothing; the engine's `model` is
+    the resolved directory."""
     eng, sched = engine_configs(args)
+    return dataclasses.replace(eng, model=str(check_setup(eng))), sched
+
+
+def check_setup(eng: EngineConfig) -> Path:
+    """The model (present, its shape against the flags, an architecture this engine runs) and
+    the device, loading nothing; the model's directory, resolved once here (a hub id is
+    downloaded to read its config; the embedded model is converted only once every check
+    passed)."""
+    from radixserve.models.default_model import embedded_model_ready
+
     check_model(eng.model)
     check_weights(eng)
-    shape = _model_shape(eng.model)
+    path = resolve_model(eng.model) if eng.model is not None or embedded_model_ready() else None
+    shape = _model_shape(path)
     check_model_shape(eng, shape)  # before torch is imported: these mistakes answer at once
     check_device(eng)
     check_architecture(shape)
-    return eng, sched
-
-
-def chat_template_from_args(args: argparse.Namespace) -> str | None:
-    """`--chat-template` read and parsed (its text), or None where not given."""
-    if args.chat_template is None:
-        return None
-    from radixserve.tokenizer.load import read_chat_template
-
-    try:
-        return read_chat_template(args.chat_template)
-    except (ValueError, OSError) as e:
-        raise UsageError(f"--chat-template: {e}") from None
+    return path or resolve_model(None)
 
 
 def bind_port(host: str, port: int) -> socket.socket:
     """Bind and listen now, so a busy port fails before the model loads and nobody takes the port
     meanwhile (NOTE: with SO_REUSEADDR only a listening socket makes another bind fail). A client
     that connects during startup waits in the backlog until uvicorn accepts."""
-    if not 0 < port < 65536:
-        raise UsageError(f"--port must be between 1 and 65535, got {port}")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:

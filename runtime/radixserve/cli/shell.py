@@ -11,8 +11,9 @@ import itertools
 import signal
 import sys
 
-from radixserve.config import add_chat_template_arg, add_engine_args
+from radixserve.config import ServerConfig, add_engine_args
 from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
+from radixserve.options import add_options
 from radixserve.sampling_params import SamplingParams
 
 HELP = "Type a message. /help shows this, /reset clears the history, /exit (or Ctrl-D) leaves, Ctrl-C cancels a reply."
@@ -94,24 +95,20 @@ def command(shell: ChatShell, line: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from prompt_toolkit import PromptSession
 
-    from radixserve.cli.preflight import (
-        UsageError,
-        chat_template_from_args,
-        check_engine,
-        resolve_model,
-    )
+    from radixserve.chat_template import read_chat_template
+    from radixserve.cli.preflight import UsageError, check_setup, sampling_from_args, server_config
     from radixserve.scheduler.scheduler import Scheduler
     from radixserve.tokenizer.load import load_tokenizer
 
-    template = chat_template_from_args(args)
-    engine, sched = check_engine(args)
-    if engine.tp > 1:
+    cfg = server_config(args)  # (the engine's flags and --chat-template)
+    params = sampling_from_args(args)
+    if cfg.engine.tp > 1:
         raise UsageError("--tp: the shell runs the engine in its own process; use `radixserve serve --tp N`")
-    model_path = str(resolve_model(engine.model))
-    print(f"loading {engine.model or model_path} …", flush=True)
-    scheduler = Scheduler(dataclasses.replace(engine, model=model_path), sched)
+    model_path = str(check_setup(cfg.engine))
+    print(f"loading {cfg.engine.model or model_path} …", flush=True)
+    scheduler = Scheduler(dataclasses.replace(cfg.engine, model=model_path), cfg.scheduler)
+    template = read_chat_template(cfg.chat_template) if cfg.chat_template is not None else None
     tokenizer = load_tokenizer(model_path, template)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
     shell = ChatShell(scheduler, tokenizer, params, args.system)
     session: PromptSession = PromptSession()
     print(HELP, flush=True)
@@ -138,6 +135,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-tokens", type=int, default=512, help="longest reply")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--system", default=None, help="a system prompt")
-    add_chat_template_arg(p)
+    p.add_argument("--system", default=None, help="a system prompt (default: none)")
+    add_options(p, ServerConfig, only=("chat_template",))
     p.set_defaults(func=run)

@@ -39,7 +39,3 @@ class Batch:
     @property
     def is_decode(self) -> bool:
         return self.phase == "decode"
-
-    @property
-    def prefix_lens_cpu(self) -> list[int]:
-        return [s - e for s, e in zip(self.seq_lens_cpu, self.extend_lens_cpu)]

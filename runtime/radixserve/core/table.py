@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from radixserve.utils.tensor import lazy_zeros
+
 
 class TableManager:
     def __init__(self, max_reqs: int, max_seq_len: int, device: torch.device) -> None:
         self.max_reqs, self.max_seq_len = max_reqs, max_seq_len
-        self.page_table = torch.zeros(max_reqs, max_seq_len, dtype=torch.int32, device=device)
-        self.token_pool = torch.zeros(max_reqs, max_seq_len, dtype=torch.int64, device=device)
+        self.page_table = lazy_zeros((max_reqs, max_seq_len), torch.int32, device)
+        self.token_pool = lazy_zeros((max_reqs, max_seq_len), torch.int64, device)
         self._free = list(range(max_reqs - 1, -1, -1))
 
     @property

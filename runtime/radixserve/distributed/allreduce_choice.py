@@ -16,7 +16,7 @@ import torch
 from radixserve import settings
 
 ENV = settings.ALLREDUCE.name
-MODES = ("auto", "nccl", "one_shot", "two_shot")
+MODES = settings.ALLREDUCE.choices
 NCCL, ONE_SHOT, TWO_SHOT = "nccl", "one_shot", "two_shot"
 # dtypes PyTorch's one-/two-shot kernels dispatch on (AT_DISPATCH_FLOAT_AND_BFLOAT16)
 SYMM_DTYPES = (torch.bfloat16, torch.float32)

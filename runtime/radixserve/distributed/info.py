@@ -7,10 +7,6 @@ class TPInfo(NamedTuple):
     rank: int
     size: int
 
-    @property
-    def is_primary(self) -> bool:
-        return self.rank == 0
-
 
 _TP_INFO = TPInfo(rank=0, size=1)
 

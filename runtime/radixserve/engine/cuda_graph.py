@@ -191,7 +191,7 @@ class CudaGraphRunner:
 
     def destroy(self) -> None:
         """Free the graphs now. NOTE: a graph that captured an NCCL collective holds its
-        communicator until destroyed (`scheduler/tp.py`: leaving a TP group)."""
+        communicator until destroyed (`Engine.release_cuda_graphs`: leaving a TP group)."""
         for graph, _ in self.graphs.values():
             graph.reset()
         self.graphs.clear()

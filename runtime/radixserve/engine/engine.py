@@ -10,24 +10,23 @@ import torch
 
 from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
-from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig
+from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig, SchedulerConfig
 from radixserve.core.batch import Batch
 from radixserve.core.context import forward_batch
 from radixserve.core.table import TableManager
 from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
-from radixserve.engine.kv_sizing import kv_token_capacity
 from radixserve.engine.prefill_graph import PrefillGraphRunner
 from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
-from radixserve.kvcache.sizing import kv_bytes_per_token
+from radixserve.kvcache.sizing import kv_bytes_per_token, kv_token_capacity
 from radixserve.models.decoder import DecoderModel
-from radixserve.models.default_model import resolve_model_path
 from radixserve.models.hf_config import text_config
 from radixserve.models.loader import load_model, resolve_dtype
 from radixserve.models.multimodal import checkpoint_names
+from radixserve.models.source import ModelSource
 from radixserve.utils import kernel_path
 from radixserve_kernels import set_pdl
 
@@ -63,26 +62,29 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
-                 max_prefill_length: int = GPU_PREFILL_LENGTH) -> None:
+                 max_prefill_length: int | None = None, source: ModelSource | None = None) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
-        prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise)."""
-        from transformers import AutoConfig
-
+        prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
+        device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
+        (else resolved here)."""
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        if max_prefill_length is None:
+            max_prefill_length = SchedulerConfig().prefill_length(self.device.type)
         set_pdl(settings.PDL.get())  # RADIXSERVE_PDL, read in every rank's process
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         torch.manual_seed(cfg.seed)
         t0 = time.perf_counter()
-        self.model_path: Path = resolve_model_path(cfg.model)
-        shape = AutoConfig.from_pretrained(self.model_path)
+        self.source = source or ModelSource.resolve(cfg.model)
+        self.model_path: Path = self.source.path
+        shape = self.source.config
         self._checkpoint_names = checkpoint_names(shape)
         self.dtype = resolve_dtype(cfg.dtype, shape, self.device)
         self.max_seq_len = cfg.context_limit(int(text_config(shape).max_position_embeddings))  # before any load
         self.model, self.hf_config = load_model(
-            self.model_path, self.dtype, self.device, load_format=cfg.load_format
-        )
+            self.model_path, self.dtype, self.device, dummy=cfg.load_format == "dummy",
+            hf_config=shape)
         logger.info("load: %s weights on %s (%s) in %.1fs", self.model_path.name, self.device, self.dtype,
                     time.perf_counter() - t0)
         t1 = time.perf_counter()
@@ -193,6 +195,20 @@ class Engine:
             logger.info("prefill CUDA graphs: off at tp %d (eager prefill)", get_tp_info().size)
             return None
         return PrefillGraphRunner(self.model.model, self.attn_backend, n, self.kv_pool.dummy_slot)
+
+    def release_cuda_graphs(self) -> None:
+        """Destroy the captured graphs; the engine runs eager afterwards (it is being torn down).
+        NOTE: a captured NCCL collective keeps a reference on its communicator until its graph
+        is destroyed, and NCCL's finalize (inside destroy_process_group) waits for those
+        references: with the decode graphs alive, leaving a TP group hung on every rank (seen
+        on two H200s)."""
+        runners = [r for r in (self.graph_runner, self.prefill_graphs) if r is not None]
+        if not runners:
+            return
+        torch.cuda.synchronize(self.device)
+        for r in runners:
+            r.destroy()
+        self.graph_runner = self.prefill_graphs = None
 
     @torch.inference_mode()
     def forward_hidden(self, batch: Batch) -> torch.Tensor:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from radixserve.config import EngineConfig
 from radixserve.utils import kernel_path
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore, argmax_rows, argmax_rows_ref, store_tokens_ref
@@ -82,7 +83,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
 
 
 class Sampler:
-    def __init__(self, device: torch.device, seed: int = 0,
+    def __init__(self, device: torch.device, seed: int = EngineConfig.seed,
                  eos_ids: frozenset[int] = frozenset()) -> None:
         self.device = device
         self.eos_ids = eos_ids  # what min_tokens holds back, with each request's stop_token_ids

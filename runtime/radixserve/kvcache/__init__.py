@@ -12,7 +12,7 @@ from radixserve.kvcache.base import (
 from radixserve.kvcache.naive import NaivePrefixCache
 from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.radix import RadixPrefixCache
-from radixserve.kvcache.sizing import kv_bytes_per_token, num_pages_for_budget
+from radixserve.kvcache.sizing import kv_bytes_per_token
 
 __all__ = [
     "PREFIX_CACHES",
@@ -25,5 +25,4 @@ __all__ = [
     "SizeInfo",
     "create_prefix_cache",
     "kv_bytes_per_token",
-    "num_pages_for_budget",
 ]

@@ -3,25 +3,17 @@ from __future__ import annotations
 
 import torch
 
+from radixserve.config import KV_CACHE_DTYPE_CHOICES
 from radixserve_kernels.kv_quant import FP8_KV_DTYPE
 
-KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
-    "auto": None,  # the model's dtype
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp8_e4m3": FP8_KV_DTYPE,
-}
+# each `--kv-cache-dtype` choice (declared in `config.py`) to its dtype; None: the model's
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = dict(zip(
+    KV_CACHE_DTYPE_CHOICES, (None, torch.bfloat16, torch.float16, FP8_KV_DTYPE), strict=True))
 FP8_MIN_CAPABILITY = (8, 9)  # e4m3 conversions in Triton need Ada or Hopper
 
 
-def check_kv_cache_dtype(spec: str) -> None:
-    """ValueError naming the choices unless `spec` is one of them."""
-    if spec not in KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be {'|'.join(KV_CACHE_DTYPES)}, got {spec!r}")
-
-
 def resolve_kv_dtype(spec: str, model_dtype: torch.dtype) -> torch.dtype:
-    check_kv_cache_dtype(spec)
+    """The dtype of a `--kv-cache-dtype` value (checked by `EngineConfig`)."""
     return KV_CACHE_DTYPES[spec] or model_dtype
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import torch
 
 from radixserve.utils import kernel_path
+from radixserve.utils.tensor import lazy_zeros
 from radixserve_kernels import store_kv, store_kv_ref
 from radixserve_kernels.kv_quant import is_fp8
 
@@ -42,9 +43,7 @@ class MHAKVPool:
         rows = (num_pages + 1) * page_size
         # NOTE: zeros, not empty: kernels may read unwritten rows of a partial page, and 0 * NaN
         # from uninitialised memory would leak NaNs into masked-out positions.
-        self._kv = torch.zeros(
-            (2, num_layers, rows, num_kv_heads, head_dim), dtype=dtype, device=device
-        )
+        self._kv = lazy_zeros((2, num_layers, rows, num_kv_heads, head_dim), dtype, device)
         self._k_scales = self._check_scales("k_scales", k_scales, num_layers, dtype)
         self._v_scales = self._check_scales("v_scales", v_scales, num_layers, dtype)
 

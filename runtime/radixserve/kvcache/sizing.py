@@ -1,7 +1,22 @@
-"""How many KV pages fit in a memory budget."""
+"""How many KV tokens to allocate, and what one costs.
+
+On a GPU, what keeps the process under `--memory-ratio` of the card once the weights are loaded.
+On CPU, what the server can use (`--max-running-requests` × the context, or `--max-kv-tokens`),
+at most half the memory left to this process (its container's limit, else what the machine has
+available): the rest is for activations, the other processes and the allocator's slack. The CPU
+pool's pages are zero pages of the kernel until written (`utils.tensor.lazy_zeros`), so an idle
+server holds little of it resident."""
 from __future__ import annotations
 
+import logging
+
 import torch
+
+from radixserve import settings
+from radixserve.utils.cgroup_memory import headroom_bytes
+
+logger = logging.getLogger(__name__)
+CPU_HEADROOM_SHARE = 0.5
 
 
 def kv_bytes_per_token(
@@ -15,13 +30,48 @@ def kv_bytes_per_token(
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
-def num_pages_for_budget(budget_bytes: int, bytes_per_token: int, page_size: int) -> int:
-    """Allocatable pages that fit in `budget_bytes`, keeping room for the pool's scratch page.
+def _available_bytes() -> int | None:
+    """The machine's available memory (/proc/meminfo's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
-    May be 0: the caller decides whether that is an error worth reporting."""
-    if bytes_per_token < 1:
-        raise ValueError(f"bytes_per_token must be positive, got {bytes_per_token}")
-    if page_size < 1:
-        raise ValueError(f"page_size must be positive, got {page_size}")
-    total_pages = max(budget_bytes, 0) // (bytes_per_token * page_size)
-    return max(total_pages - 1, 0)  # NOTE: MHAKVPool adds one scratch page past the last one
+
+def _cpu_budget(bytes_per_token: int, want_tokens: int) -> int:
+    want = want_tokens * bytes_per_token
+    asked = settings.CPU_KV_GIB.get()
+    budget, why = (int(asked * 2**30), f"{settings.CPU_KV_GIB.name}") if asked is not None else (
+        want, "what the running requests and the context can use")
+    limit = headroom_bytes()
+    where = "the container's memory limit" if limit is not None else "this machine"
+    left = limit if limit is not None else _available_bytes()
+    if left is not None and int(left * CPU_HEADROOM_SHARE) < budget:
+        why = (f"half of the {left / 2**30:.2f} GiB {where} leaves ({why}: "
+               f"{budget / 2**30:.2f} GiB)")
+        budget = int(left * CPU_HEADROOM_SHARE)
+    logger.info("KV budget on CPU: %.2f GiB, %s", min(budget, want) / 2**30, why)
+    return budget
+
+
+def kv_token_capacity(
+    device: torch.device, bytes_per_token: int, memory_ratio: float, want_tokens: int
+) -> int:
+    """KV tokens to allocate: never more than `want_tokens` (what max requests × context could
+    use); on CUDA, what keeps the process under `memory_ratio` of the card after the weights."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        budget = int(total * memory_ratio) - (total - free)
+    else:
+        budget = _cpu_budget(bytes_per_token, want_tokens)
+    if budget <= bytes_per_token:
+        raise RuntimeError(
+            f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB); "
+            "raise --memory-ratio (GPU) or the container's memory limit (CPU), or use a smaller "
+            "model"
+        )
+    return max(1, min(want_tokens, budget // bytes_per_token))

@@ -5,7 +5,9 @@ from radixserve.messages.codec import decode, encode, message
 from radixserve.messages.transport import IpcAddresses, make_socket, recv_nowait, send
 from radixserve.messages.types import (
     AbortMsg,
+    GrammarsReady,
     Heartbeat,
+    LeaveGroup,
     RequestFailed,
     RequestStarted,
     SchedulerStats,
@@ -20,8 +22,26 @@ from radixserve.messages.types import (
 )
 
 __all__ = [
-    "AbortMsg", "Heartbeat", "IpcAddresses", "RequestFailed", "RequestStarted", "SchedulerStats", "TextOpMsg", "TextOpReply",
-    "TokenBatch", "TokenLogprob",
-    "TokenMsg", "TokenizeMsg", "UserMsg", "UserReply", "decode", "encode", "make_socket",
-    "message", "recv_nowait", "send",
+    "AbortMsg",
+    "GrammarsReady",
+    "Heartbeat",
+    "IpcAddresses",
+    "LeaveGroup",
+    "RequestFailed",
+    "RequestStarted",
+    "SchedulerStats",
+    "TextOpMsg",
+    "TextOpReply",
+    "TokenBatch",
+    "TokenLogprob",
+    "TokenMsg",
+    "TokenizeMsg",
+    "UserMsg",
+    "UserReply",
+    "decode",
+    "encode",
+    "make_socket",
+    "message",
+    "recv_nowait",
+    "send",
 ]

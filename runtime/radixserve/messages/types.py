@@ -1,6 +1,8 @@
 """The messages between the server's processes. Flow: API → TokenizeMsg → tokenizer → UserMsg →
 scheduler → TokenBatch → detokenizer → UserReply → API; AbortMsg goes to the scheduler from the API
-(client gone) and the detokenizer (stop string); SchedulerStats and Heartbeat go to the API periodically."""
+(client gone) and the detokenizer (stop string); SchedulerStats and Heartbeat go to the API periodically.
+Under tensor parallelism rank 0 publishes the UserMsg and AbortMsg it applied, with GrammarsReady,
+to the other ranks before each step, and LeaveGroup at the end (`ranks/channel.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -137,7 +139,6 @@ class SchedulerStats:
 
     stats: dict[str, int]
     integrity_ok: bool | None
-    unix_time: float
 
 
 @message
@@ -159,3 +160,20 @@ class RequestStarted:
     logprobs: bool
     min_tokens: int = 0  # stop strings count from this many tokens on
     skip_special_tokens: bool = True
+
+
+@message
+@dataclass
+class GrammarsReady:
+    """Rank 0 → the other ranks, among the messages of a step: the grammar-constrained requests
+    rank 0 queued (`compiled`) or failed this step, so that every rank queues the same requests at
+    the same step, whatever its own compilations' timing."""
+
+    compiled: list[int]
+    failed: list[int]
+
+
+@message
+@dataclass
+class LeaveGroup:
+    """Rank 0 → the other ranks: the group ends after this message; leave it together."""

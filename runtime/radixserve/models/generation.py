@@ -23,15 +23,17 @@ def _generation_config(model_dir: Path) -> Any:
     return GenerationConfig.from_pretrained(model_dir)
 
 
-def eos_token_ids(model_dir: str | Path) -> set[int]:
+def eos_token_ids(model_dir: str | Path, cfg: Any = None) -> set[int]:
     """Every EOS id the model declares (Llama-3 Instruct, for one, lists several in its
-    generation config only; a multimodal config and its `text_config` may each list some)."""
+    generation config only; a multimodal config and its `text_config` may each list some).
+    `cfg`: the checkpoint's transformers config where the caller has it (else read here)."""
     from transformers import AutoConfig
 
     from radixserve.models.hf_config import text_config
 
     model_dir = Path(model_dir)
-    cfg = AutoConfig.from_pretrained(model_dir)
+    if cfg is None:
+        cfg = AutoConfig.from_pretrained(model_dir)
     ids = set().union(*(_as_set(getattr(c, "eos_token_id", None)) for c in (cfg, text_config(cfg))))
     gen = _generation_config(model_dir)
     return ids | (_as_set(gen.eos_token_id) if gen is not None else set())

@@ -29,19 +29,16 @@ from radixserve.utils.checkpoint_files import safetensors_files
 
 logger = logging.getLogger(__name__)
 LM_HEAD = "lm_head.weight"
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torch.dtype:
     """`auto`: the checkpoint's float16/bfloat16; for float32 or no dtype, float32 on CPU and
     bfloat16 on CUDA. Otherwise the named dtype."""
-    if spec != "auto":
-        if spec not in _DTYPES:
-            raise ValueError(f"dtype must be auto|{'|'.join(_DTYPES)}, got {spec!r}")
-        return _DTYPES[spec]
+    if spec != "auto":  # (a `--dtype` choice, checked by `EngineConfig`)
+        return getattr(torch, spec)
     declared = _declared_dtype(hf_config) or _declared_dtype(text_config(hf_config))
     if isinstance(declared, str):
-        declared = _DTYPES.get(declared.removeprefix("torch."))
+        declared = getattr(torch, declared.removeprefix("torch."), None)
     if declared in (torch.float16, torch.bfloat16):
         return declared
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
@@ -114,20 +111,21 @@ def load_model(
     dtype: torch.dtype,
     device: torch.device | str,
     *,
-    load_format: str = "auto",
+    dummy: bool = False,
+    hf_config: Any = None,
 ) -> tuple[BaseCausalLM, Any]:
     """(model, the language model's transformers config: `text_config` of a multimodal one).
-    `load_format="dummy"` fills random weights of the right shapes instead of reading the
-    checkpoint (benchmarks, memory sizing)."""
+    `dummy` fills random weights of the right shapes instead of reading the checkpoint
+    (benchmarks, memory sizing). `hf_config`: the checkpoint's transformers config where the
+    caller has it (else read here)."""
     from transformers import AutoConfig
 
     model_dir = Path(model_dir)
-    hf_config = AutoConfig.from_pretrained(model_dir)
-    if load_format not in ("auto", "dummy"):
-        raise ValueError(f"load_format must be auto|dummy, got {load_format!r}")
+    if hf_config is None:
+        hf_config = AutoConfig.from_pretrained(model_dir)
     fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
     rename = checkpoint_names(hf_config)
-    if load_format != "dummy":
+    if not dummy:
         _tie_as_transformers(hf_config, model_dir, rename)
     model = build_model(hf_config, dtype, device)
     if rename is not None:
@@ -136,7 +134,7 @@ def load_model(
     def checkpoint() -> Iterator[tuple[str, LazyWeight]]:
         return iter_safetensors(model_dir, rename)
 
-    if load_format == "dummy":
+    if dummy:
         _fill_dummy(model)
         if fp8 is not None and use_fp8_gemm(device, dtype):
             n = dummy_fp8_layers(model, fp8)

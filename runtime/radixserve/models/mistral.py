@@ -6,10 +6,10 @@ it to null (full attention)."""
 from __future__ import annotations
 
 from radixserve.models.llama import LlamaForCausalLM
-from radixserve.models.registry import MODELS
+from radixserve.models.registry import MODELS, architectures_of
 
 
-@MODELS.register("MistralForCausalLM", "Mistral3ForConditionalGeneration")  # multimodal.py
+@MODELS.register(*architectures_of(__name__))
 class MistralForCausalLM(LlamaForCausalLM):
     def sliding_windows(self) -> tuple[int | None, ...]:
         window = getattr(self.hf_config, "sliding_window", None)

@@ -24,13 +24,6 @@ class Fp8Scheme:
     scale_name: str  # the scale tensor's suffix next to `weight`
     block: tuple[int, int] | None = None
 
-    @property
-    def bytes_per_weight(self) -> float:
-        """Stored bytes a weight, its scale included (a 128x128 block adds 4 bytes per 16k)."""
-        if self.block is not None:
-            return 1.0 + 4.0 / (self.block[0] * self.block[1])
-        return 1.0
-
 
 def _unsupported(what: str) -> ValueError:
     return ValueError(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from radixserve.models.decoder import AttnOptions, DecoderForCausalLM
-from radixserve.models.registry import MODELS
+from radixserve.models.registry import MODELS, architectures_of
 
 
-@MODELS.register("Qwen2ForCausalLM")
+@MODELS.register(*architectures_of(__name__))
 class Qwen2ForCausalLM(DecoderForCausalLM):
     @classmethod
     def attn_options(cls, cfg: Any) -> AttnOptions:

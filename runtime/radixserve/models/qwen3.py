@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixserve.models.decoder import AttnOptions, DecoderForCausalLM
-from radixserve.models.registry import MODELS
+from radixserve.models.registry import MODELS, architectures_of
 
 
 def qwen3_attn_options(cfg: Any) -> AttnOptions:
@@ -13,7 +13,7 @@ def qwen3_attn_options(cfg: Any) -> AttnOptions:
     return AttnOptions(qkv_bias=bias, o_bias=bias, qk_norm=True)
 
 
-@MODELS.register("Qwen3ForCausalLM")
+@MODELS.register(*architectures_of(__name__))
 class Qwen3ForCausalLM(DecoderForCausalLM):
     @classmethod
     def attn_options(cls, cfg: Any) -> AttnOptions:

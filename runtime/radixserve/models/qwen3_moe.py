@@ -10,7 +10,7 @@ from torch import nn
 from radixserve.layers import SparseMoeBlock
 from radixserve.models.decoder import AttnOptions, DecoderForCausalLM, DenseMLP
 from radixserve.models.qwen3 import qwen3_attn_options
-from radixserve.models.registry import MODELS
+from radixserve.models.registry import MODELS, architectures_of
 
 
 def is_sparse_layer(cfg: Any, layer_id: int) -> bool:
@@ -22,7 +22,7 @@ def is_sparse_layer(cfg: Any, layer_id: int) -> bool:
     )
 
 
-@MODELS.register("Qwen3MoeForCausalLM")
+@MODELS.register(*architectures_of(__name__))
 class Qwen3MoeForCausalLM(DecoderForCausalLM):
     @classmethod
     def attn_options(cls, cfg: Any) -> AttnOptions:

@@ -10,9 +10,9 @@ never closes is all thinking. Whitespace at the start of each part is dropped (t
 newlines around the tags). Fed whole or a character at a time, the split is the same."""
 from __future__ import annotations
 
+from radixserve.config import REASONING_PARSERS
 from radixserve.postprocess.auto_tool_parsers import partial_suffix
 
-REASONING_PARSERS = ("qwen3", "deepseek_r1")
 OPEN, CLOSE = "<think>", "</think>"
 
 

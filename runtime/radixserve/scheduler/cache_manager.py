@@ -39,7 +39,7 @@ class CacheManager:
 
     @property
     def num_used_pages(self) -> int:
-        return self.num_pages - self.allocator.num_free
+        return self.num_pages - self.num_free_pages
 
     @property
     def held_tokens(self) -> int:
@@ -52,7 +52,7 @@ class CacheManager:
     @property
     def available_tokens(self) -> int:
         """What admission may reserve: free pages plus what eviction could free."""
-        return self.allocator.num_free * self.page_size + self.cache.size_info.evictable
+        return self.num_free_pages * self.page_size + self.cache.size_info.evictable
 
     def match(self, input_ids: list[int]) -> MatchResult:
         return self.cache.match_prefix(input_ids)
@@ -142,13 +142,13 @@ class CacheManager:
     def check_integrity(self) -> None:
         self.cache.check_integrity()
         self.allocator.check_integrity()
-        free_tokens = self.allocator.num_free * self.page_size
+        free_tokens = self.num_free_pages * self.page_size
         info = self.cache.size_info
-        total = free_tokens + info.evictable + info.protected + self._held
+        total = free_tokens + info.evictable + info.protected + self.held_tokens
         if total != self.num_slots:
             raise AssertionError(
                 f"cache manager accounting: free {free_tokens} + evictable {info.evictable} + "
-                f"protected {info.protected} + held {self._held} = {total} != {self.num_slots}"
+                f"protected {info.protected} + held {self.held_tokens} = {total} != {self.num_slots}"
             )
         cached = self.cache.cached_slots().cpu()
         if cached.numel():

@@ -1,5 +1,5 @@
 """The `Scheduler`'s request API as the pipeline's messages: what the scheduler process sends the
-detokenizer (`scheduler/process.py`) and what the in-process engine feeds its own detokenizer
+detokenizer (`scheduler/loop.py`) and what the in-process engine feeds its own detokenizer
 (`radixserve/offline/pipeline.py`). One set of functions for both, so a request is admitted,
 aborted, stopped and reported alike whether it came over HTTP or through `LLM`.
 
@@ -16,7 +16,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from radixserve.messages import AbortMsg, RequestFailed, RequestStarted, TokenMsg, UserMsg
+from radixserve.messages import (
+    AbortMsg,
+    GrammarsReady,
+    RequestFailed,
+    RequestStarted,
+    TokenMsg,
+    UserMsg,
+)
 from radixserve.scheduler.admission import AdmissionError
 
 if TYPE_CHECKING:
@@ -47,6 +54,28 @@ def abort(sched: Scheduler, uid: int) -> AbortMsg | None:
     """Drop the request in any state: AbortMsg (the detokenizer ends its reply with "abort") if it
     was live, None if it had finished or has not arrived yet."""
     return AbortMsg(uid) if sched.abort(uid) else None
+
+
+def settle_grammars(sched: Scheduler, msg: GrammarsReady) -> None:
+    """A follower: queue the requests whose grammar rank 0 queued (waiting for this rank's own
+    compilation if late) and forget those it failed (rank 0 reports them)."""
+    sched.drop_grammars(msg.failed)
+    if failed := sched.admit_grammars(msg.compiled):
+        raise RuntimeError(f"the grammars of requests {failed} compiled on rank 0 but not on "
+                           f"this rank (see its log)")
+
+
+def apply(sched: Scheduler, msg: UserMsg | AbortMsg | GrammarsReady) -> None:
+    """A follower applies a message rank 0 published, as rank 0 applied it; the replies are
+    rank 0's to send."""
+    if isinstance(msg, UserMsg):
+        admit(sched, msg)
+    elif isinstance(msg, AbortMsg):
+        abort(sched, msg.uid)
+    elif isinstance(msg, GrammarsReady):
+        settle_grammars(sched, msg)
+    else:
+        raise TypeError(f"a follower cannot apply {type(msg).__name__}")
 
 
 def token_msg(out: TokenOutput) -> TokenMsg:

@@ -1,6 +1,6 @@
 """One scheduler (one per TP rank): admits requests, forms prefill or decode batches, runs the
 engine, samples, finishes and frees. Single-threaded and callable in-process (`LLM`, shell, tests);
-`scheduler/process.py` wraps it in a ZMQ loop.
+`scheduler/loop.py` puts it behind the server's sockets.
 
 Overlap scheduling (`SchedulerConfig.overlap`, default on; `--disable-overlap` or
 RADIXSERVE_DISABLE_OVERLAP=1 turn it off): `step()` schedules and
@@ -44,6 +44,7 @@ from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
+from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
@@ -60,16 +61,18 @@ _IDLE_GRAMMAR_WAIT_S = 0.01  # nothing to run but compilations: wait this long f
 
 
 class Scheduler:
-    def __init__(self, engine: EngineConfig, sched: SchedulerConfig) -> None:
+    def __init__(self, engine: EngineConfig, sched: SchedulerConfig,
+                 source: ModelSource | None = None) -> None:
+        """`source`: `engine.model` resolved (else the engine resolves it)."""
         self.cfg = sched
         # tokens per prefill batch: what was asked, else the device's default (`config.py`)
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
-        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length)
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source)
         self.device = self.engine.device
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
         self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests)
-        self.eos_ids: set[int] = eos_token_ids(self.engine.model_path)
+        self.eos_ids: set[int] = eos_token_ids(self.model_path, self.engine.source.config)
         self.sampler = Sampler(self.device, engine.seed, frozenset(self.eos_ids))
         self.vocab_size = int(self.engine.hf_config.vocab_size)
         self.overlap = sched.overlap

@@ -1,111 +1,84 @@
-"""Tensor parallelism for the scheduler: every rank runs an identical `Scheduler` over its shard.
-Rank 0 takes requests; before each step it broadcasts the commands it accepted since the last one
-(msgpack over the gloo control group: a collective, so nothing is dropped however late a rank
-joins), and every rank applies them and steps in lockstep. Logits are all-gathered, so every rank
-samples the same tokens; only rank 0 reports them. Which grammar-constrained requests are ready to
-queue is rank 0's decision too (`grammar` command): each rank compiles on its own threads, so
-"compiled yet?" would differ between ranks."""
+"""Tensor parallelism for the scheduler: every rank runs an identical `Scheduler` over its shard
+and applies the same typed messages in the same order. Rank 0 (`TPLeader`) takes the requests
+(`UserMsg`) and aborts (`AbortMsg`) as they come and, before each step, publishes them to the
+other ranks with its decision of which grammar-constrained requests to queue (`GrammarsReady`:
+each rank compiles on its own threads, so "compiled yet?" would differ between ranks); a follower
+(`follow`) applies each one through `lifecycle` as rank 0 did, then steps. So every rank holds the
+same requests and steps in lockstep; logits are all-gathered, every rank samples the same tokens,
+and only rank 0 reports them. The processes themselves are `ranks/`'s."""
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
-import msgpack
-
+from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.core.output import TokenOutput
-from radixserve.distributed import get_comm
+from radixserve.messages import AbortMsg, GrammarsReady, LeaveGroup, UserMsg
+from radixserve.models.source import ModelSource
+from radixserve.ranks import channel
+from radixserve.ranks.group import RankGroup, start_group
+from radixserve.ranks.shape import validate_tp
 from radixserve.sampling_params import SamplingParams
+from radixserve.scheduler import lifecycle
 from radixserve.scheduler.scheduler import Scheduler
-
-if TYPE_CHECKING:
-    from radixserve.scheduler.tp_ranks import RankProcesses
 
 logger = logging.getLogger(__name__)
 
 
-def _encode(cmds: list[list]) -> bytes:
-    return msgpack.packb(cmds)
+def build_rank(eng: EngineConfig, sched: SchedulerConfig, source: ModelSource | None = None) -> Scheduler:
+    """A rank's scheduler, once the rank has joined the group; rank 0's admits grammars only when
+    it decides to (`TPLeader.step`), a follower's when told."""
+    rank = Scheduler(eng, sched, source)
+    rank.auto_admit_grammars = False
+    return rank
 
 
-def _apply(sched: Scheduler, cmds: list[list]) -> bool:
-    """Apply broadcast commands on a follower; False once told to exit."""
-    for cmd in cmds:
-        if cmd[0] == "add":
-            sched.add_request(cmd[1], cmd[2], SamplingParams(**cmd[3]))
-        elif cmd[0] == "abort":
-            sched.abort(cmd[1])
-        elif cmd[0] == "grammar":  # ["grammar", compiled on rank 0, failed on rank 0]
-            sched.drop_grammars(cmd[2])
-            if failed := sched.admit_grammars(cmd[1]):  # waits for this rank's compilations
-                raise RuntimeError(f"the grammars of requests {failed} compiled on rank 0 but "
-                                   f"not on this rank (see its log)")
-        elif cmd[0] == "exit":
-            return False
-    return True
-
-
-def release_cuda_graphs(sched: Scheduler) -> None:
-    """NOTE: a captured NCCL collective keeps a reference on its communicator until its graph is
-    destroyed, and NCCL's finalize (inside destroy_process_group) waits for those references:
-    with the decode graphs alive, leaving the group hung on every rank (seen on two H200s). The
-    scheduler cannot step afterwards; it is being torn down."""
-    runners = [getattr(sched.engine, name, None) for name in ("graph_runner", "prefill_graphs")]
-    if all(r is None for r in runners):
-        return
-    import torch
-
-    torch.cuda.synchronize(sched.device)
-    for r in runners:
-        if r is not None:
-            r.destroy()
-    sched.engine.graph_runner = sched.engine.prefill_graphs = None
-
-
-class LeaderLost(RuntimeError):
-    """A follower's exchange with rank 0 failed: rank 0 is gone."""
+def follow(sched: Scheduler) -> None:
+    """Ranks 1..N-1: apply what rank 0 published, step; until told to leave. A failed exchange
+    with rank 0 raises `channel.LeaderLost`."""
+    while True:
+        msgs = channel.receive()
+        if any(isinstance(m, LeaveGroup) for m in msgs):
+            break
+        for msg in msgs:
+            lifecycle.apply(sched, msg)
+        sched.step()
+        sched.take_failures()  # rank 0 reports them
+    logger.info("TP follower leaving")
 
 
 class TPLeader:
-    """Rank 0's face: the `Scheduler` interface, plus the broadcast to the followers and the
-    group's teardown (`close`)."""
+    """Rank 0's face: the `Scheduler` interface, whose request-changing calls are published to the
+    followers as the typed messages they came as, plus the group's teardown (`close`)."""
 
-    def __init__(self, sched: Scheduler, ranks: RankProcesses | None = None,
-                 init_method: str | None = None) -> None:
-        self.sched, self.ranks, self.init_method = sched, ranks, init_method
-        sched.auto_admit_grammars = False  # step() admits, and broadcasts what it did
-        self._pending: list[list] = []
-        self._closed = False
+    def __init__(self, sched: Scheduler, group: RankGroup | None = None) -> None:
+        self.sched, self.group = sched, group
+        self._pending: list[UserMsg | AbortMsg | GrammarsReady] = []
 
     @property
     def followers(self) -> list:
         """The followers' `multiprocessing.Process` objects, rank 1 first."""
-        return self.ranks.procs if self.ranks else []
+        return self.group.ranks.procs if self.group else []
 
     def dead_follower(self) -> str | None:
         """A line naming the first follower that has exited and why, if any (an idle leader
         would not notice through a collective)."""
-        return self.ranks.dead() if self.ranks else None
+        return self.group.dead() if self.group else None
 
     def __getattr__(self, name: str):
         return getattr(self.sched, name)
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
                     auto_max_tokens: bool = False) -> SamplingParams | None:
-        """Rank 0 admits (so followers never refuse) and the followers get the parameters it
-        admitted with: the same `max_tokens` on every rank."""
-        admitted = self.sched.add_request(uid, input_ids, params, auto_max_tokens=auto_max_tokens)
-        if admitted is not None:
-            self._pending.append(["add", uid, list(input_ids), dataclasses.asdict(admitted)])
-        return admitted
+        """Admitted here and on every follower alike: each applies the same admission to the
+        same message, so all agree on the outcome and the `max_tokens` filled in."""
+        self._pending.append(UserMsg(uid, list(input_ids), params, auto_max_tokens))
+        return self.sched.add_request(uid, input_ids, params, auto_max_tokens=auto_max_tokens)
 
     def abort(self, uid: int) -> bool:
-        """NOTE: only an abort that dropped a live request is broadcast; one that overtook its
-        request is remembered by rank 0 alone, which then never broadcasts that request."""
-        dropped = self.sched.abort(uid)
-        if dropped:
-            self._pending.append(["abort", uid])
-        return dropped
+        self._pending.append(AbortMsg(uid))
+        return self.sched.abort(uid)
 
     def step(self) -> list[TokenOutput]:
         if (dead := self.dead_follower()) is not None:
@@ -113,8 +86,8 @@ class TPLeader:
         try:
             if ready := self.sched.ready_grammars():
                 failed = self.sched.admit_grammars(ready)
-                self._pending.append(["grammar", [u for u in ready if u not in failed], failed])
-            get_comm().broadcast_bytes(_encode(self._pending))
+                self._pending.append(GrammarsReady([u for u in ready if u not in failed], failed))
+            channel.publish(self._pending)
             self._pending = []
             return self.sched.step()
         except Exception as e:  # a collective failed: name the rank that caused it, if one died
@@ -123,46 +96,33 @@ class TPLeader:
             raise
 
     def close(self, grace_s: float = 30.0) -> None:
-        """Leave the group with the followers, in the same order on every rank: `exit` is
-        broadcast, then every rank leaves the group at once (NCCL's destroy waits on its
-        peers). If a follower is already gone, the communicators are aborted instead. Then the
-        followers are reaped and the rendezvous removed. Idempotent; always returns."""
-        from radixserve.distributed.torch_comm import shutdown_tp
-        from radixserve.scheduler.rendezvous import remove_rendezvous
-
-        if self._closed:
-            return
-        self._closed = True
-        if self.ranks is not None:
-            self.ranks.stop_watching()
-        healthy = self.dead_follower() is None
-        if healthy:
-            try:
-                get_comm().broadcast_bytes(_encode([["exit"]]))
-            except Exception as e:  # noqa: BLE001 -- a follower died meanwhile: abort below
-                logger.warning("tensor-parallel shutdown: the exit broadcast failed: %s", e)
-                healthy = False
-        if healthy:  # (a peer gone: a kernel may wait on it; aborting is what ends it)
-            release_cuda_graphs(self.sched)
-        shutdown_tp(abort=not healthy)
-        if self.ranks is not None:
-            self.ranks.reap(grace_s)
-        if self.init_method is not None:
-            remove_rendezvous(self.init_method)
+        """Leave the group with the followers (`RankGroup.close`); idempotent, always returns."""
+        if self.group is not None:
+            self.group.close(lambda: channel.publish([LeaveGroup()]),
+                             self.sched.engine.release_cuda_graphs, grace_s)
 
 
-def follower_loop(sched: Scheduler) -> None:
-    """Ranks 1..N-1: wait for the leader's commands, apply, step; until told to exit. A failed
-    exchange with the leader raises `LeaderLost`."""
-    sched.auto_admit_grammars = False  # the leader's `grammar` commands admit
-    while True:
-        try:
-            # (logit_bias maps int token ids)
-            cmds = msgpack.unpackb(get_comm().broadcast_bytes(None), strict_map_key=False)
-        except RuntimeError as e:
-            raise LeaderLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
-        if not _apply(sched, cmds):
-            break
-        sched.step()
-        sched.take_failures()  # rank 0 reports them
-    logger.info("TP follower exiting")
+def start_leader(eng: EngineConfig, sched: SchedulerConfig) -> TPLeader:
+    """Ranks 1..tp-1 spawned and rank 0 here, as a `TPLeader` whose `close()` ends the group;
+    `--tp` is checked against the model before any process starts."""
+    source = ModelSource.resolve(eng.model)
+    validate_tp(eng.tp, source.config)
+    sched0, group = start_group(eng, sched, source, build_rank, follow)
+    leader = TPLeader(sched0, group)
+    logger.info("tensor-parallel group of %d formed (followers: pids %s)", eng.tp,
+                ", ".join(str(p.pid) for p in leader.followers))
+    return leader
+
+
+@contextlib.contextmanager
+def scheduler_group(eng: EngineConfig, sched: SchedulerConfig) -> Iterator:
+    """A scheduler for `eng.tp` ranks, torn down on exit: in this process at TP=1; else followers
+    spawned on GPUs 1..N-1 and the leader (`TPLeader`, the `Scheduler` interface) here."""
+    if eng.tp == 1:
+        yield Scheduler(eng, sched)
+        return
+    leader = start_leader(eng, sched)
+    try:
+        yield leader
+    finally:
+        leader.close()

@@ -54,11 +54,11 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(tokenize_router)
     app.include_router(embeddings_router)
     app.include_router(sglang_router)
-    open_paths = frozenset({"/health"} | ({"/metrics"} if state.metrics_open else set()))
-    install_openapi(app, open_paths, state.api_key is not None)
+    open_paths = frozenset({"/health"} | ({"/metrics"} if state.cfg.metrics_without_key else set()))
+    install_openapi(app, open_paths, state.cfg.api_key is not None)
     # inside the key check: a keyless caller's body is never read
-    app.add_middleware(BodyGuardMiddleware, max_bytes=state.max_body_bytes, idle_s=state.body_idle_s)
-    app.add_middleware(AuthMiddleware, api_key=state.api_key, open_paths=open_paths)
+    app.add_middleware(BodyGuardMiddleware, max_bytes=state.cfg.max_request_body_bytes, idle_s=state.cfg.body_timeout)
+    app.add_middleware(AuthMiddleware, api_key=state.cfg.api_key, open_paths=open_paths)
     app.add_middleware(CatchAllMiddleware)  # even the key check cannot reset a connection
     app.add_middleware(AccessLogMiddleware)  # outermost: every request gets its id and its line
 

@@ -19,11 +19,13 @@ from pathlib import Path
 import uvicorn
 
 from radixserve import settings
+from radixserve.chat_template import read_chat_template
 from radixserve.config import ServerConfig
 from radixserve.messages import IpcAddresses
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.generation import sampling_defaults
-from radixserve.scheduler.process import DEFAULT_SCHEDULER, run_scheduler_process
+from radixserve.ranks.process import run_scheduler_process
+from radixserve.scheduler.loop import open_loop
 from radixserve.server.app import create_app
 from radixserve.server.frontend import Frontend
 from radixserve.server.http_protocol import header_timeout_protocol
@@ -42,18 +44,19 @@ _DRAIN_REPORT_S = 2.0
 _DRAIN_MARGIN_S = 2.0  # streams still running this long before the graceful timeout get an error
 
 
-def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack, scheduler_class: str) -> list:
+def _spawn_children(cfg: ServerConfig, model_path: str, addrs: IpcAddresses, ack) -> list:
     ctx, pid = mp.get_context("spawn"), os.getpid()
     engine = dataclasses.replace(cfg.engine, model=model_path)
+    template = read_chat_template(cfg.chat_template) if cfg.chat_template is not None else None
     children = [ctx.Process(target=run_scheduler_process, name="scheduler",
-                            args=(engine, cfg.scheduler, addrs, ack, pid, scheduler_class))]
+                            args=(engine, cfg.scheduler, addrs, ack, pid, open_loop))]
     children.append(ctx.Process(target=run_tokenizer_process, name="detokenizer",
                                 args=(model_path, addrs, ack, pid, "detokenizer", cfg.num_tokenizer == 0, True,
-                                      cfg.chat_template)))
+                                      template)))
     for i in range(cfg.num_tokenizer):
         children.append(ctx.Process(target=run_tokenizer_process, name=f"tokenizer-{i}",
                                     args=(model_path, addrs, ack, pid, f"tokenizer-{i}", True, False,
-                                          cfg.chat_template)))
+                                          template)))
     for child in children:
         child.start()
         logger.info("started %s (pid %d)", child.name, child.pid)
@@ -173,8 +176,8 @@ def _raise_exit(*_) -> None:
     raise SystemExit(143)
 
 
-def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: socket.socket | None = None,
-          model_path: str | None = None, loading: StartupResponder | None = None) -> int:
+def serve(cfg: ServerConfig, sock: socket.socket | None = None, model_path: str | None = None,
+          loading: StartupResponder | None = None) -> int:
     """Run the server until it is stopped; 0 after a clean shutdown, 1 after a child died. `sock`:
     the listening socket the CLI bound before any work (else uvicorn binds one once ready); `model_path`: the
     resolved model directory (else resolved here); `loading`: what answers on `sock` until now,
@@ -188,7 +191,7 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
     children: list = []
     state: ServerState | None = None
     try:
-        children = _spawn_children(cfg, model_path, addrs, ack, scheduler_class)
+        children = _spawn_children(cfg, model_path, addrs, ack)
         try:
             info = _wait_for_acks(children, ack, settings.STARTUP_TIMEOUT.get())
         except RuntimeError as e:
@@ -198,19 +201,16 @@ def serve(cfg: ServerConfig, scheduler_class: str = DEFAULT_SCHEDULER, sock: soc
         name = cfg.served_model_name or cfg.engine.model or Path(model_path).name
         metrics = ServerMetrics()
         parser = info.get("tool_parser") if cfg.tool_call_parser == "auto" else cfg.tool_call_parser
-        state = ServerState(Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"], cfg.api_key,
-                            cfg.default_max_tokens, cfg.metrics_without_key,
+        state = ServerState(cfg, Frontend(addrs, metrics), metrics, name, model_path, info["max_seq_len"],
                             tool_parser=None if parser == "none" else parser,
-                            reasoning_parser=cfg.reasoning_parser,
-                            sampling_defaults=(sampling_defaults(model_path)
-                                               if cfg.sampling_defaults == "model" else {}),
-                            max_body_bytes=cfg.max_request_body_bytes, body_idle_s=cfg.body_timeout)
+                            request_defaults=(sampling_defaults(model_path)
+                                               if cfg.sampling_defaults == "model" else {}))
         state.frontend.prompt_bound = PromptBound(info["max_seq_len"], info["max_token_chars"])
         state.server_info = _server_info(cfg, name, model_path, info)
-        if state.sampling_defaults:
+        if state.request_defaults:
             logger.info("sampling defaults from the model's generation_config.json for requests "
                         "that leave them out: %s (--sampling-defaults openai ignores them)",
-                        ", ".join(f"{k}={v}" for k, v in state.sampling_defaults.items()))
+                        ", ".join(f"{k}={v}" for k, v in state.request_defaults.items()))
         logger.info("tool calls of tool_choice auto: %s", f"parsed as {parser}" if state.tool_parser
                     else "not parsed (no tool-call format in the chat template)")
         server = _DrainingServer(state, cfg.shutdown_timeout, uvicorn.Config(

@@ -69,7 +69,7 @@ def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | No
     """The server's reasoning parser for a request with output grammar `grammar`: none for a
     constrained deepseek_r1 output, which it would read as thinking until a `</think>` that a
     grammar's output never has."""
-    return state.reasoning_parser if grammar is None or state.reasoning_parser == "qwen3" else None
+    return state.cfg.reasoning_parser if grammar is None or state.cfg.reasoning_parser == "qwen3" else None
 
 
 def output_grammar(state: ServerState, plan: ToolPlan, grammar: Constraint | None,
@@ -301,9 +301,9 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}
-    params = build_params(req, state.default_max_tokens if limit is None else limit,
+    params = build_params(req, state.cfg.default_max_tokens if limit is None else limit,
                           (req.top_logprobs or 0) if req.logprobs else None, names, grammar,
-                          state.sampling_defaults)
+                          state.request_defaults)
     options = template_options(req.messages, req.add_generation_prompt, req.continue_final_message,
                                req.chat_template_kwargs)
     prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json, **options)]
@@ -316,7 +316,7 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
-                          grammar, state.sampling_defaults)
+                          grammar, state.request_defaults)
     prompts = prompt_list(req.prompt)
     reject_empty(prompts)
     if len(prompts) * req.n > MAX_N:  # one HTTP request must not flood the queue

@@ -39,6 +39,9 @@ Stop = StopString | Annotated[list[StopString], Field(max_length=MAX_STOP)] | No
 # OpenAI's rule for function and schema names
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
 Grammar = Annotated[str, Field(min_length=1, max_length=MAX_GRAMMAR_CHARS), AfterValidator(_unicode)]
+FormatType = Literal["text", "json_object", "json_schema"]  # response_format / text.format
+ToolChoiceMode = Literal["none", "auto", "required"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]  # a Responses item's
 
 
 class _Strict(BaseModel):
@@ -87,7 +90,7 @@ class JsonSchemaFormat(_Strict):
 
 
 class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
+    type: FormatType
     json_schema: JsonSchemaFormat | None = None
 
 
@@ -140,7 +143,7 @@ class NamedToolChoice(_Strict):
     function: NamedFunction
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+ToolChoice = ToolChoiceMode | NamedToolChoice
 
 
 class ChatCompletionRequest(SamplingFields, ConstraintFields):
@@ -258,7 +261,7 @@ class ResponseFunctionCall(_Strict):
     name: Name
     arguments: Text
     id: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    status: ItemStatus | None = None
 
 
 class ResponseFunctionCallOutput(_Strict):
@@ -268,7 +271,7 @@ class ResponseFunctionCallOutput(_Strict):
     call_id: Text
     output: Text
     id: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    status: ItemStatus | None = None
 
 
 ResponseInputItem = ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput
@@ -289,7 +292,7 @@ class ResponseTextFormat(JsonSchemaFormat):
     """`text.format`: plain text, any JSON object, or JSON following `schema` (the fields of
     chat's `response_format.json_schema`, flattened in beside `type`)."""
 
-    type: Literal["text", "json_object", "json_schema"]
+    type: FormatType
     name: Name | None = None
 
 
@@ -311,7 +314,7 @@ class ResponsesRequest(_Strict):
     metadata: dict[str, Text] | None = Field(None, max_length=16)
     text: ResponseText | None = None
     tools: list[ResponseFunctionTool] | None = Field(None, max_length=MAX_TOOLS)
-    tool_choice: Literal["none", "auto", "required"] | ResponseNamedToolChoice | None = None
+    tool_choice: ToolChoiceMode | ResponseNamedToolChoice | None = None
     parallel_tool_calls: bool = True
     # refused when set: they need stored state
     previous_response_id: Text | None = None

@@ -189,8 +189,8 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
     limit = chat.max_tokens
     names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
-    params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
-                          grammar, state.sampling_defaults)
+    params = build_params(chat, state.cfg.default_max_tokens if limit is None else limit, None, names,
+                          grammar, state.request_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), tools=plan.tools_json,
                       **template_options(chat.messages, True, False, None))]
     d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)

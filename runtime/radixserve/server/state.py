@@ -14,35 +14,25 @@ from radixserve.server.frontend import Frontend
 from radixserve.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
+    from radixserve.config import ServerConfig
     from radixserve.server.sglang_api import ServerInfo
-
-# No heartbeat for this long: the scheduler process is dead or frozen (its heartbeat thread runs
-# whatever its loop does). One loop iteration running this long: the scheduler is stuck.
-DEFAULT_MAX_TOKENS = 2048
-DEFAULT_MAX_BODY_BYTES = 32 << 20  # a full 128k-token context as JSON text fits many times
-DEFAULT_BODY_IDLE_S = 30.0
-
 
 @dataclass
 class ServerState:
+    cfg: ServerConfig  # the flags (`--api-key`, `--default-max-tokens`, `--reasoning-parser`, …)
     frontend: Frontend
     metrics: ServerMetrics
     model_name: str
     model_path: str
     max_seq_len: int
-    api_key: str | None = None
-    default_max_tokens: int = DEFAULT_MAX_TOKENS  # a chat request without max_tokens
-    metrics_open: bool = False  # /metrics without the key
     tool_parser: str | None = None  # the model's tool-call format (`tool_parsers.AUTO_PARSERS`)
-    reasoning_parser: str | None = None  # `--reasoning-parser` (postprocess/reasoning.py), None: no split
-    sampling_defaults: dict[str, float | int] = field(default_factory=dict)  # for unset fields
+    # the model's generation_config.json values for the sampling fields a request leaves out
+    request_defaults: dict[str, float | int] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
     dead_child: str | None = None  # set by the supervisor
     shutting_down: bool = False
     loop: asyncio.AbstractEventLoop | None = None  # the server's, for the supervisor thread
     probe: asyncio.Future | None = None  # the /health_generate generation in progress
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request body gets a 413 (body_guard.py)
-    body_idle_s: float | None = DEFAULT_BODY_IDLE_S  # a body stalled this long gets a 408
     server_info: ServerInfo | None = None  # the configuration a gateway reads (`sglang_api.py`)
 
     def unhealthy_reason(self) -> str | None:

@@ -6,38 +6,33 @@ import json
 from pathlib import Path
 from typing import Any
 
+PROCESSOR_TEMPLATE = "chat_template.json"  # a multimodal checkpoint's processor's template
 
-def read_chat_template(value: str) -> str:
-    """`--chat-template`: a file's text, or `value` itself where it is a Jinja template (holds
-    `{{` or `{%`). ValueError where it is neither or does not parse, before any process starts."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        text = path.read_text()
-    elif "{{" in value or "{%" in value:
-        text = value
-    else:
-        raise ValueError(f"{value!r} is neither a file nor a Jinja template")
-    # transformers renders templates in this environment (utils/chat_template_utils.py)
-    from jinja2 import TemplateSyntaxError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+def _tokenizer_class(model_path: Path) -> Any:
+    """The class `AutoTokenizer` would pick for the checkpoint, taken straight from transformers
+    where tokenizer_config.json names it (its fast variant first, as AutoTokenizer prefers).
+    NOTE: AutoTokenizer reads the model's config to decide, and transformers' configuration
+    module imports torch: ~250 MB resident in every tokenizer process for nothing."""
+    import transformers
 
     try:
-        ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).parse(text)
-    except TemplateSyntaxError as e:
-        raise ValueError(f"the chat template does not parse: {e.message} (line {e.lineno})") from None
-    return text
-
-
-PROCESSOR_TEMPLATE = "chat_template.json"  # a multimodal checkpoint's processor's template
+        name = json.loads((model_path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    if isinstance(name, str) and name.isidentifier():
+        for candidate in (name if name.endswith("Fast") else f"{name}Fast", name):
+            cls = getattr(transformers, candidate, None)
+            if isinstance(cls, type) and hasattr(cls, "from_pretrained"):
+                return cls
+    return transformers.AutoTokenizer
 
 
 def load_tokenizer(model_path: str, chat_template: str | None = None) -> Any:
     """The checkpoint's tokenizer; `chat_template` (a template's text) replaces its own. Where
     the tokenizer has none, the processor's (`chat_template.json`, which multimodal checkpoints
     carry and transformers' tokenizer does not read) is used."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = _tokenizer_class(Path(model_path)).from_pretrained(model_path)
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     elif tokenizer.chat_template is None and (Path(model_path) / PROCESSOR_TEMPLATE).is_file():

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -20,3 +22,15 @@ def pinned_copy(t: torch.Tensor | None) -> torch.Tensor | None:
         return t
     out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     return out.copy_(t, non_blocking=True)
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """`torch.zeros`, except that on CPU the memory is the kernel's zero pages until written
+    (calloc, through numpy: torch's own zeros writes every byte), so a large, mostly idle
+    buffer such as the KV pool costs no resident memory until used."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    import numpy as np
+
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
