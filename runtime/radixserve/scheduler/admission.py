@@ -30,7 +30,9 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
                   auto_max_tokens: bool = False) -> SamplingParams:
     """The parameters the request runs with, or AdmissionError. `auto_max_tokens`: the caller gave
     no limit, so `params.max_tokens` (a default) is capped to the room left after the prompt.
-    `params` is never modified (one object may serve many prompts)."""
+    `params` is never modified (one object may serve many prompts), and its values are its own
+    business: a `SamplingParams` checks them when it is made (`sampling_params.py`); what is
+    checked here is what only the scheduler knows (the vocabulary, the context, the KV pool)."""
     n_in = len(input_ids)
     if n_in == 0:
         raise AdmissionError("input_ids: the prompt is empty", "prompt")
@@ -39,10 +41,6 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
     if min(input_ids) < 0 or max(input_ids) >= limits.vocab_size:
         raise AdmissionError(f"input_ids: token ids must be in [0, {limits.vocab_size})",
                              "input_ids")
-    try:
-        params.validate()
-    except ValueError as e:
-        raise AdmissionError(str(e), str(e).split(" ", 1)[0]) from None
     if any(t >= limits.vocab_size for t in params.logit_bias):
         raise AdmissionError(f"logit_bias: token ids must be in [0, {limits.vocab_size})",
                              "logit_bias")
