@@ -83,7 +83,7 @@ class Engine:
         self.dtype = resolve_dtype(cfg.dtype, shape, self.device)
         self.max_seq_len = cfg.context_limit(int(text_config(shape).max_position_embeddings))  # before any load
         self.model, self.hf_config = load_model(
-            self.model_path, self.dtype, self.device, dummy=cfg.load_format == "dummy",
+            self.model_path, self.dtype, self.device, load_format=cfg.load_format,
             hf_config=shape)
         logger.info("load: %s weights on %s (%s) in %.1fs", self.model_path.name, self.device, self.dtype,
                     time.perf_counter() - t0)

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from radixserve.config import EngineConfig
+from radixserve.options import declared, value_fault
 from radixserve.layers.lazy_weight import LazyWeight
 from radixserve.models.architectures import get_model_class
 from radixserve.models.base import BaseCausalLM
@@ -34,7 +36,9 @@ LM_HEAD = "lm_head.weight"
 def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torch.dtype:
     """`auto`: the checkpoint's float16/bfloat16; for float32 or no dtype, float32 on CPU and
     bfloat16 on CUDA. Otherwise the named dtype."""
-    if spec != "auto":  # (a `--dtype` choice, checked by `EngineConfig`)
+    if spec != "auto":  # a `--dtype` choice: refused here as `EngineConfig` refuses it
+        if (why := value_fault(declared(EngineConfig, "dtype"), spec)) is not None:
+            raise ValueError(f"dtype {why}")
         return getattr(torch, spec)
     declared = _declared_dtype(hf_config) or _declared_dtype(text_config(hf_config))
     if isinstance(declared, str):
@@ -111,12 +115,12 @@ def load_model(
     dtype: torch.dtype,
     device: torch.device | str,
     *,
-    dummy: bool = False,
+    load_format: str = EngineConfig.load_format,
     hf_config: Any = None,
 ) -> tuple[BaseCausalLM, Any]:
     """(model, the language model's transformers config: `text_config` of a multimodal one).
-    `dummy` fills random weights of the right shapes instead of reading the checkpoint
-    (benchmarks, memory sizing). `hf_config`: the checkpoint's transformers config where the
+    `load_format="dummy"` fills random weights of the right shapes instead of reading the
+    checkpoint (benchmarks, memory sizing). `hf_config`: the checkpoint's transformers config where the
     caller has it (else read here)."""
     from transformers import AutoConfig
 
@@ -125,7 +129,7 @@ def load_model(
         hf_config = AutoConfig.from_pretrained(model_dir)
     fp8 = read_quantization(hf_config)  # an unsupported method fails here, before any weight
     rename = checkpoint_names(hf_config)
-    if not dummy:
+    if load_format != "dummy":
         _tie_as_transformers(hf_config, model_dir, rename)
     model = build_model(hf_config, dtype, device)
     if rename is not None:
@@ -134,7 +138,7 @@ def load_model(
     def checkpoint() -> Iterator[tuple[str, LazyWeight]]:
         return iter_safetensors(model_dir, rename)
 
-    if dummy:
+    if load_format == "dummy":
         _fill_dummy(model)
         if fp8 is not None and use_fp8_gemm(device, dtype):
             n = dummy_fp8_layers(model, fp8)
