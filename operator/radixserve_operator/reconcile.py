@@ -38,7 +38,7 @@ from radixserve_operator.podsecurity import check_pod_template
 from radixserve_operator.references import check_references
 from radixserve_operator.router import ROUTER_KINDS, router_name
 from radixserve_operator.settings import OperatorSettings
-from radixserve_operator.sizing import SizingError, resolve_tp
+from radixserve_operator.tp_plan import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
     AUTOSCALING,

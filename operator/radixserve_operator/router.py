@@ -65,10 +65,6 @@ def router_labels(spec: ServiceSpec) -> dict[str, str]:
     }
 
 
-def router_endpoint(spec: ServiceSpec) -> str:
-    return f"http://{router_name(spec.name)}.{spec.namespace}.svc:{spec.service_port}/v1"
-
-
 def _meta(spec: ServiceSpec) -> dict[str, Any]:
     return {"name": router_name(spec.name), "namespace": spec.namespace, "labels": router_labels(spec)}
 

@@ -201,7 +201,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str], int | None]] = {
 }
 
 
-# auto TP for the 0.6B/14B/32B/70B-sized configs on 80 GB and 141 GB GPUs (arithmetic in test_sizing.py)
+# auto TP for the 0.6B/14B/32B/70B-sized configs on 80 GB and 141 GB GPUs (arithmetic in test_tp_plan.py)
 for _repo, _tp80, _tp141 in [
     ("Qwen/Qwen3-0.6B", 1, 1),
     ("Qwen/Qwen3-14B", 1, 1),

@@ -1,6 +1,6 @@
 """TP sizing: weight estimates against published sizes, and TP choices worked out by hand.
 
-Rule (sizing.py): per GPU, weights/TP + KV(16384 tokens) <= memoryRatio x memoryGiB, TP divides the
+Rule (tp_plan.py): per GPU, weights/TP + KV(16384 tokens) <= memoryRatio x memoryGiB, TP divides the
 attention heads and divides (or is a multiple of) the KV heads."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from radixserve_operator.modelconfig import (
     shape_from_config,
     shape_from_hints,
 )
-from radixserve_operator.sizing import SizingError, resolve_tp
+from radixserve_operator.tp_plan import SizingError, resolve_tp
 from radixserve_operator.spec import SpecError, parse_spec
 
 # Published totals (model cards): the estimate counts every weight, embeddings and experts included.
