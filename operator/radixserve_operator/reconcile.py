@@ -11,15 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
-from radixserve_operator.builders import (
-    gpus_per_replica,
-    quantity_bytes,
-    selector_labels,
-    workload_kind_of,
-)
+from radixserve_operator.builders import gpus_per_replica, selector_labels, workload_kind_of
 from radixserve_operator.children import OPTIONAL_KINDS, build_all
 from radixserve_operator.client import (
     APIUnavailable,
@@ -27,6 +22,7 @@ from radixserve_operator.client import (
     ClusterClient,
     StatusConflict,
 )
+from radixserve_operator.images import check_images
 from radixserve_operator.modelconfig import (
     ModelConfigNotFound,
     ModelConfigUnavailable,
@@ -34,11 +30,12 @@ from radixserve_operator.modelconfig import (
     fetch_config,
     resolve_shape,
 )
+from radixserve_operator.ownership import NAME_CONFLICT, conflicts
 from radixserve_operator.podsecurity import check_pod_template
+from radixserve_operator.quantity import quantity_bytes
 from radixserve_operator.references import check_references
 from radixserve_operator.router import ROUTER_KINDS, router_name
 from radixserve_operator.settings import OperatorSettings
-from radixserve_operator.tp_plan import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
     AUTOSCALING,
@@ -55,6 +52,7 @@ from radixserve_operator.status import (
     pod_problems,
     problem_reason,
 )
+from radixserve_operator.tp_plan import SizingError, resolve_tp
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[str, "str | None"], dict[str, Any]]
@@ -64,6 +62,16 @@ GPU_NODES_TTL_S = 60.0  # a node list per resource event would not scale; GPUs r
 
 class RetryLater(RuntimeError):
     """A transient failure (hub unreachable); the handler raises kopf.TemporaryError."""
+
+
+class Refused(RuntimeError):
+    """This generation cannot be applied (an invalid spec, a name another object holds); the
+    status and a Warning event say why. The handler raises kopf.PermanentError: nothing is
+    retried until the spec changes (the resync looks again at what the cluster may change)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 _locks: dict[tuple[str, str], threading.RLock] = {}
@@ -150,6 +158,7 @@ def plan(
 
     settings = settings or OperatorSettings.from_env()
     spec = parse_spec(body, settings)
+    check_images(body.get("spec") or {}, settings)
     shape, unchecked = _shape(spec, fetch)
     tp = resolve_tp(spec, shape)
     objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1), settings)
@@ -164,9 +173,9 @@ def reconcile(
     fetch: Fetch = fetch_config,
     announce: tuple[str, str] | None = None,
 ) -> int | None:
-    """Apply the Deployment and Service for `body`; returns the TP size, or None when the spec is
-    invalid (status and a Warning event say why; no retry until the spec changes). `announce`:
-    (reason, message prefix) of a Normal event to post once applied."""
+    """Apply the Deployment and Service for `body`; returns the TP size. Raises Refused when this
+    generation cannot be applied (status and a Warning event say why), RetryLater when the hub is
+    unreachable. `announce`: (reason, message prefix) of a Normal event to post once applied."""
     try:
         spec, tp, objects, unchecked = plan(body, fetch)
     except ModelConfigUnavailable as e:
@@ -176,11 +185,20 @@ def reconcile(
         )
         _mark_blocked(client, body, message, MODEL_CONFIG_UNAVAILABLE)
         raise RetryLater(message) from None
-    except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
-        _mark_blocked(client, body, str(e), getattr(e, "reason", INVALID_SPEC))
-        return None
+    except (SpecError, SizingError, ModelConfigNotFound) as e:
+        _refuse(client, body, str(e), getattr(e, "reason", INVALID_SPEC))
+    except Exception as e:
+        log.exception("%s/%s: planning failed", body["metadata"].get("namespace"),
+                      body["metadata"].get("name"))
+        _refuse(client, body, f"the operator cannot plan this spec ({type(e).__name__}: "
+                f"{str(e)[:300]})", INVALID_SPEC)
     with _lock(spec.namespace, spec.name):
         return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+
+
+def _refuse(client: ClusterClient, body: dict[str, Any], message: str, reason: str) -> NoReturn:
+    _mark_blocked(client, body, message, reason)
+    raise Refused(message, reason)
 
 
 def _apply_plan(
@@ -193,6 +211,15 @@ def _apply_plan(
     announce: tuple[str, str] | None,
 ) -> int | None:
     """The writes of one reconcile, under the resource's lock (see the module's docstring)."""
+    taken = conflicts(client, body, objects)  # before anything is written
+    if taken:
+        _refuse(
+            client,
+            body,
+            "; ".join(taken) + ": rename this InferenceService (or the other object); nothing "
+            "was applied",
+            NAME_CONFLICT,
+        )
     scaler_problem = None
     try:
         for obj in objects:
@@ -208,8 +235,7 @@ def _apply_plan(
                 key = (obj["kind"], spec.namespace, obj["metadata"]["name"])  # NAME-router too
                 _applied[key] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
-        _mark_blocked(client, body, str(e))
-        return None
+        _refuse(client, body, str(e), INVALID_SPEC)
     _delete_unwanted(client, body, objects)
     _set_autoscaling_condition(client, body, spec, scaler_problem)
     _set_cache_condition(client, body, spec)
@@ -501,7 +527,7 @@ def refresh_owner(client: ClusterClient, child: dict[str, Any], deleted: bool = 
         log.info("%s %s changed by hand: restoring it", kind, child["metadata"].get("name"))
         try:
             reconcile(client, owner)
-        except RetryLater:
+        except (RetryLater, Refused):
             pass  # the owner's status says why; its own retry will apply
         return
     refresh(client, owner["metadata"]["namespace"], owner["metadata"]["name"])

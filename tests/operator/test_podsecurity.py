@@ -9,6 +9,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import kopf
 import pytest
 
 from radixserve_operator import handlers
@@ -238,7 +239,8 @@ def test_hostpath_resource_gets_condition_and_event_and_nothing_is_created(
     cluster, memo, make_body
 ) -> None:
     spec = {"gpu": {"enabled": False}, "template": {"spec": {"volumes": [HOST]}}}
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError, match="PodSecurityViolation"):  # kopf: no retry
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert cluster.applied == []  # no Deployment, Service or anything else
     ready = _ready(cluster)
     assert (ready["status"], ready["reason"]) == ("False", "PodSecurityViolation")
@@ -263,7 +265,8 @@ def test_apparmor_annotation_from_the_template_is_refused(cluster, memo, make_bo
         "gpu": {"enabled": False},
         "template": {"metadata": {"annotations": {APPARMOR: "unconfined"}}},
     }
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert cluster.applied == []
     assert APPARMOR in _ready(cluster)["message"]
 
@@ -274,7 +277,8 @@ def test_level_comes_from_the_operators_environment(cluster, memo, make_body, mo
         "template": {"spec": {"volumes": [{"name": "n", "nfs": {"server": "s", "path": "/"}}]}},
     }
     monkeypatch.setenv("RADIXSERVE_POD_SECURITY_LEVEL", "restricted")
-    handlers.on_create(body=cluster.create(make_body(nfs)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(nfs)), memo=memo, logger=None)
     assert cluster.applied == [] and _ready(cluster)["reason"] == "PodSecurityViolation"
     monkeypatch.setenv("RADIXSERVE_POD_SECURITY_LEVEL", "baseline")
     handlers.resync(body=cluster.resource(), memo=memo, logger=None)
