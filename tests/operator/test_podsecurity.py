@@ -307,3 +307,26 @@ def test_settings_parse_the_environment(monkeypatch) -> None:
         True,
         "monitoring",
     )
+
+
+@pytest.mark.parametrize(
+    "volume, path",
+    [
+        ({"name": "h", "emptyDir": None, "hostPath": {"path": "/"}}, "spec.volumes[3].hostPath"),
+        ({"name": "h", "hostPath": {"path": "/"}, "emptyDir": {}}, "spec.volumes[3].hostPath"),
+        ({"name": "t", "emptyDir": {}, "configMap": {"name": "c"}}, "exactly one source"),
+        ({"name": "n", "emptyDir": None}, "its source is null"),
+        ({"name": "z"}, "exactly one source, got none"),
+    ],
+    ids=["null-first", "hostpath-first", "two-sources", "null-only", "no-source"],
+)
+def test_every_volume_source_key_is_judged(make_body, fetch, volume, path: str) -> None:
+    spec = {"gpu": {"enabled": False}, "template": {"spec": {"volumes": [volume]}}}
+    with pytest.raises(PodSecurityError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        plan(make_body(spec), fetch, OperatorSettings())
+
+
+def test_a_null_source_beside_a_forbidden_one_is_forbidden_at_restricted_too() -> None:
+    volume = {"name": "n", "emptyDir": None, "nfs": {"server": "s", "path": "/"}}
+    found = [str(v) for v in violations({"spec": {"volumes": [volume]}}, "restricted")]
+    assert any("spec.volumes[0].nfs: nfs volumes are not allowed" in f for f in found), found
