@@ -40,7 +40,7 @@ class Rule:
     def field(self) -> str:
         """The field an error names, as the API server names it: spec.model.cache, spec.gpu."""
         if self.path == ROOT:
-            return "metadata.name"
+            return ""  # its messages name metadata.name: the API server reports no field for it
         parts = ("spec", self.path, (self.field_path or "").lstrip("."))
         return ".".join(p for p in parts if p)
 
@@ -175,21 +175,22 @@ RULES: tuple[Rule, ...] = (
         ROOT,
         f"size(self.metadata.name) <= {NAME_MAX} && "
         "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-        "must be a DNS-1035 label, as the Service it names: lower-case letters, digits and '-', "
-        f"starting with a letter, at most {NAME_MAX} characters",
+        "metadata.name must be a DNS-1035 label, as the Service it names: lower-case letters, "
+        f"digits and '-', starting with a letter, at most {NAME_MAX} characters",
     ),
     Rule(
         ROOT,
         f"!self.spec.router.enabled || size(self.metadata.name) <= {NAME_MAX - len(ROUTER_SUFFIX)}",
-        f"with router.enabled, at most {NAME_MAX - len(ROUTER_SUFFIX)} characters: the router's "
-        f"Service is NAME{ROUTER_SUFFIX}",
+        f"metadata.name is at most {NAME_MAX - len(ROUTER_SUFFIX)} characters with router.enabled: "
+        f"the router's Service is NAME{ROUTER_SUFFIX}",
     ),
     Rule(
         ROOT,
         "!has(self.spec.model.cache) || self.spec.model.cache.type != 'pvcPerReplica' || "
         f"size(self.metadata.name) <= {STATEFULSET_NAME_MAX}",
-        f"with model.cache type pvcPerReplica, at most {STATEFULSET_NAME_MAX} characters: the "
-        "StatefulSet labels its pods NAME-<revision hash> (a label value: at most 63)",
+        f"metadata.name is at most {STATEFULSET_NAME_MAX} characters with model.cache type "
+        "pvcPerReplica: the StatefulSet labels its pods NAME-<revision hash> (a label value: at "
+        "most 63)",
     ),
 )
 
@@ -259,5 +260,5 @@ def violations(
             continue
         if not ok:
             got = f", got {value!r}" if isinstance(value, (str, int, float)) else ""
-            out.append(f"{r.field}: {r.message}{got}")
+            out.append(f"{r.field}: {r.message}{got}" if r.field else r.message)
     return out

@@ -7,6 +7,8 @@ the cache's CEL rules judged by the API server."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cluster.scenario import (
@@ -83,8 +85,10 @@ def test_hub_model_init_container_token_and_shared_rwo_claim(stack: Stack, names
     assert vols["model-cache"]["persistentVolumeClaim"] == {"claimName": "hf-cache"}
     assert "nvidia.com/gpu" not in str(init.get("resources"))
 
-    # one replica: nothing to share any more
-    stack.kubectl("scale", "rsvc", name, "-n", namespace, "--replicas", "1")
+    # one replica replaced in place: nothing to share any more (the default rollout's surge pod
+    # would share it)
+    stack.kubectl("patch", "rsvc", name, "-n", namespace, "--type=merge", "-p",
+                  json.dumps({"spec": {"replicas": 1, "rollout": {"maxSurge": 0}}}))
     wait_for(
         "the condition to clear",
         lambda: (
