@@ -324,3 +324,12 @@ def test_docs_describe_every_spec_field() -> None:
         assert f"`{sub}`" in doc, f"model.cache.{sub}"
     for kind in cache["type"]["enum"]:
         assert f"`{kind}`" in doc, kind
+
+
+def test_the_worked_example_is_the_gpu_sample() -> None:
+    """docs/operator.md's worked example shows manifests/samples/inferenceservice.yaml as it is."""
+    doc = (ROOT / "docs/operator.md").read_text()
+    head = "# manifests/samples/inferenceservice.yaml\n"
+    shown = doc[doc.index(head) :].split("```", 1)[0]
+    sample = ROOT / "manifests/samples/inferenceservice.yaml"
+    assert yaml.safe_load(shown) == yaml.safe_load(sample.read_text())
