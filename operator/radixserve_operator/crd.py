@@ -24,7 +24,9 @@ QUANTITY_PATTERN = (
     r"^\+?([0-9]{1,18}(\.[0-9]{0,9})?|\.[0-9]{1,9})(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
 )
 QUANTITY_MAX_LENGTH = 32
-MAX_QUANTITY = 2**60  # units (bytes, cores): an exbibyte of memory is beyond any node
+MAX_QUANTITY = 10**18  # units (bytes, cores): an exabyte of memory is beyond any node
+# NOTE: a power of ten: the API server keeps a maximum as a float64 and writes it back in
+# decimal; 2**60 came back as 1152921504606847000, and Helm saw a conflicting CRD.
 MAX_REPLICAS = 1000  # one resource's server pods, its autoscaler's maximum included
 MAX_ROUTER_REPLICAS = 100
 MAX_PARAMETERS = 10**15  # a model's weights: three orders of magnitude beyond the largest

@@ -333,3 +333,15 @@ def test_the_worked_example_is_the_gpu_sample() -> None:
     shown = doc[doc.index(head) :].split("```", 1)[0]
     sample = ROOT / "manifests/samples/inferenceservice.yaml"
     assert yaml.safe_load(shown) == yaml.safe_load(sample.read_text())
+
+
+def test_every_bound_survives_the_api_servers_float64() -> None:
+    """The API server keeps minimum/maximum as float64 and writes back the shortest decimal: a
+    bound it would rewrite (2**60 comes back as 1152921504606847000) makes the stored CRD differ
+    from the chart's, which Helm's server-side apply then reports as a conflict."""
+    from decimal import Decimal
+
+    for path, node in _walk(openapi_schema()):
+        for key in ("minimum", "maximum"):
+            if key in node:
+                assert Decimal(repr(float(node[key]))) == node[key], (path, key, node[key])
