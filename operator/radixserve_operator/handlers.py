@@ -16,12 +16,17 @@ import kopf
 
 from radixserve_operator import FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
 from radixserve_operator.modelconfig import fetch_config
-from radixserve_operator.reconcile import Refused, RetryLater, reconcile, refresh_owner
+from radixserve_operator.reconcile import (
+    RETRY_DELAY_S,
+    Refused,
+    RetryLater,
+    reconcile,
+    refresh_owner,
+)
 from radixserve_operator.resync import Resync
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_S = 60
 RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
 CHILDREN = (

@@ -57,6 +57,8 @@ from radixserve_operator.tp_plan import SizingError, resolve_tp
 log = logging.getLogger(__name__)
 Fetch = Callable[[str, "str | None"], dict[str, Any]]
 STATUS_ATTEMPTS = 5
+RETRY_DELAY_S = 60  # the handlers' kopf.TemporaryError delay
+APPLY_FAILED = "ApplyFailed"  # the API server refused a write for a reason a retry may cure
 GPU_NODES_TTL_S = 60.0  # a node list per resource event would not scale; GPUs rarely come and go
 
 
@@ -193,7 +195,15 @@ def reconcile(
         _refuse(client, body, f"the operator cannot plan this spec ({type(e).__name__}: "
                 f"{str(e)[:300]})", INVALID_SPEC)
     with _lock(spec.namespace, spec.name):
-        return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+        try:
+            return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+        except (Refused, RetryLater):
+            raise
+        except Exception as e:
+            message = (f"applying failed ({type(e).__name__}: {str(e)[:300]}); retrying in "
+                       f"{RETRY_DELAY_S} s")
+            _mark_blocked(client, body, message, APPLY_FAILED)
+            raise RetryLater(message) from e
 
 
 def _refuse(client: ClusterClient, body: dict[str, Any], message: str, reason: str) -> NoReturn:

@@ -174,3 +174,18 @@ def test_bounds_hold_at_their_limits(make_body, fetch, validate_k8s) -> None:
     for obj in objects:
         if obj["apiVersion"] != "keda.sh/v1alpha1":
             validate_k8s(obj)
+
+
+def test_an_api_server_failure_while_applying_is_a_status_an_event_and_a_retry(
+    cluster, memo, make_body, monkeypatch
+) -> None:
+    def forbidden(obj: dict[str, Any]) -> dict[str, Any]:
+        raise PermissionError(f"{obj['kind']}: forbidden")
+
+    monkeypatch.setattr(cluster, "apply", forbidden)
+    with pytest.raises(kopf.TemporaryError, match="applying failed"):
+        handlers.on_create(body=cluster.create(make_body({})), memo=memo, logger=None)
+    ready = _state(cluster)
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+    assert "PermissionError: Deployment: forbidden" in ready["message"]
+    assert [(t, r) for t, r, _ in cluster.events] == [("Warning", "ApplyFailed")]
