@@ -81,6 +81,8 @@ _locks_guard = threading.Lock()
 _gpu_nodes: dict[str, tuple[float, int | None]] = {}
 # (kind, namespace, name) -> the generation of the workload (Deployment or StatefulSet) we wrote
 _applied: dict[tuple[str, str, str], int] = {}
+# (namespace, name) -> (uid, generation) whose objects the API server has validated and stored
+_validated: dict[tuple[str, str], tuple[Any, Any]] = {}
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 SHAREABLE_MODES = ("ReadWriteMany", "ReadOnlyMany")
 
@@ -232,6 +234,7 @@ def _apply_plan(
         )
     scaler_problem = None
     try:
+        _dry_run(client, body, objects)  # the API server's own checks, before anything is written
         for obj in objects:
             if obj["kind"] == "StatefulSet" and _claims_changed(client, obj):
                 _recreate_statefulset(client, body, obj)
@@ -246,6 +249,8 @@ def _apply_plan(
                 _applied[key] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
         _refuse(client, body, str(e), INVALID_SPEC)
+    meta = body["metadata"]
+    _validated[(spec.namespace, spec.name)] = (meta.get("uid"), meta.get("generation"))
     _delete_unwanted(client, body, objects)
     _set_autoscaling_condition(client, body, spec, scaler_problem)
     _set_cache_condition(client, body, spec)
@@ -274,6 +279,29 @@ def _apply_plan(
             client.event(body, "Warning", "DeprecatedField", _deprecation(legacy))
     refresh(client, spec.namespace, spec.name)
     return tp
+
+
+# The operator's own objects, nothing of the resource's in them; and a RoleBinding's dry run needs
+# its Role to exist already.
+NOT_DRY_RUN = ("ServiceAccount", "Role", "RoleBinding")
+
+
+def _dry_run(client: ClusterClient, body: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """Every object through the API server's validation and admission, nothing stored, once per
+    generation: a spec whose NetworkPolicy peer or pod field the API server refuses gets nothing
+    applied, rather than a Deployment and Service without the rest. Raises ApplyRejected."""
+    meta = body["metadata"]
+    if _validated.get((meta["namespace"], meta["name"])) == (meta.get("uid"), meta.get("generation")):
+        return
+    for obj in objects:
+        if obj["kind"] in NOT_DRY_RUN or (
+            obj["kind"] == "StatefulSet" and _claims_changed(client, obj)
+        ):  # a claim template change is refused in place: the StatefulSet is recreated
+            continue
+        try:
+            client.apply(obj, dry_run=True)
+        except APIUnavailable:
+            continue  # said when applying (KEDA not installed)
 
 
 def _open_service(spec: ServiceSpec) -> str:

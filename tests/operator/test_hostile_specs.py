@@ -179,7 +179,7 @@ def test_bounds_hold_at_their_limits(make_body, fetch, validate_k8s) -> None:
 def test_an_api_server_failure_while_applying_is_a_status_an_event_and_a_retry(
     cluster, memo, make_body, monkeypatch
 ) -> None:
-    def forbidden(obj: dict[str, Any]) -> dict[str, Any]:
+    def forbidden(obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         raise PermissionError(f"{obj['kind']}: forbidden")
 
     monkeypatch.setattr(cluster, "apply", forbidden)
@@ -189,3 +189,26 @@ def test_an_api_server_failure_while_applying_is_a_status_an_event_and_a_retry(
     assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
     assert "PermissionError: Deployment: forbidden" in ready["message"]
     assert [(t, r) for t, r, _ in cluster.events] == [("Warning", "ApplyFailed")]
+
+
+def test_what_the_api_server_refuses_is_found_before_anything_is_written(
+    cluster, memo, make_body
+) -> None:
+    """A NetworkPolicy peer (free-form, the API server's to judge) written after the Deployment
+    and Service: its refusal in the dry run leaves the cluster as it was."""
+    cluster.refused_kinds = {"NetworkPolicy"}
+    spec = {"gpu": {"enabled": False}, "networkPolicy": {"ingressFrom": [{"ipBlock": {"cidr": "x"}}]}}
+    with pytest.raises(kopf.PermanentError, match="NetworkPolicy llm rejected"):
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    assert cluster.applied == []
+    assert [o["kind"] for o in cluster.dry_runs][:2] == ["Deployment", "Service"]
+    assert _state(cluster)["reason"] == "InvalidSpec"
+
+
+def test_each_generation_is_dry_run_once(cluster, memo, make_body) -> None:
+    handlers.on_create(body=cluster.create(make_body({"gpu": {"enabled": False}})), memo=memo,
+                       logger=None)
+    once = len(cluster.dry_runs)
+    assert once >= 2
+    handlers.resync(body=cluster.resource(), memo=memo, logger=None)
+    assert len(cluster.dry_runs) == once  # the resync re-applies, without a second dry run
