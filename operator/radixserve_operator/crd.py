@@ -561,10 +561,13 @@ def _autoscaling() -> dict[str, Any]:
                 {
                     "serverAddress": _str(
                         minLength=1,
+                        maxLength=2048,
+                        pattern=r"^https?://[^\s]+$",
                         description="KEDA only; default: the operator's --prometheus-url.",
                     ),
                     "query": _str(
                         minLength=1,
+                        maxLength=8192,
                         description="KEDA only: a PromQL query whose value is summed over the "
                         "replicas (replaces the one built from metric).",
                     ),
