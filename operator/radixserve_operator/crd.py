@@ -406,10 +406,11 @@ def _named_free_list(description: str, key: str = "name") -> dict[str, Any]:
     """A list of free-form Kubernetes objects keyed by `key` (volumes, volume mounts)."""
     return {
         "type": "array",
+        "maxItems": 64,
         "items": {
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
-            "properties": {key: _str(minLength=1)},
+            "properties": {key: _str(minLength=1, maxLength=4096)},
             "required": [key],
         },
         "x-kubernetes-list-type": "map",
@@ -444,12 +445,14 @@ def _pod_template_spec() -> dict[str, Any]:
         {
             "nodeSelector": {
                 "type": "object",
+                "maxProperties": 64,
                 "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
             },
-            "tolerations": {"type": "array", "items": _toleration()},
+            "tolerations": {"type": "array", "maxItems": 64, "items": _toleration()},
             "affinity": _free_object("A pod affinity, as in a PodSpec (replaces spec.affinity)."),
             "topologySpreadConstraints": {
                 "type": "array",
+                "maxItems": 32,
                 "items": _free_object("As in a PodSpec."),
                 "description": "Replaces the operator's default spread over nodes.",
             },
@@ -478,6 +481,7 @@ def _network_policy() -> dict[str, Any]:
         {
             "ingressFrom": {
                 "type": "array",
+                "maxItems": 64,
                 "items": _free_object(
                     "As a NetworkPolicyPeer: podSelector, namespaceSelector (both: those pods of "
                     "those namespaces) or ipBlock."
@@ -488,6 +492,7 @@ def _network_policy() -> dict[str, Any]:
             },
             "egress": {
                 "type": "array",
+                "maxItems": 64,
                 "items": _free_object("As a NetworkPolicyEgressRule: to, ports."),
                 "description": "Where the pods may connect (DNS is always allowed). Default: "
                 "anywhere (model downloads); set it to restrict egress.",
@@ -614,9 +619,10 @@ def _spec() -> dict[str, Any]:
             ),
             "nodeSelector": {
                 "type": "object",
+                "maxProperties": 64,
                 "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
             },
-            "tolerations": {"type": "array", "items": _toleration()},
+            "tolerations": {"type": "array", "maxItems": 64, "items": _toleration()},
             "affinity": _free_object("A pod affinity, as in a PodSpec."),
             "modelCache": _model_cache(),
             "shmSize": _quantity(
@@ -661,9 +667,14 @@ def _spec() -> dict[str, Any]:
                         {
                             "labels": {
                                 "type": "object",
+                                "maxProperties": 64,
                                 "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
                             },
-                            "annotations": {"type": "object", "additionalProperties": _str()},
+                            "annotations": {
+                                "type": "object",
+                                "maxProperties": 128,
+                                "additionalProperties": _str(maxLength=65536),
+                            },
                         },
                         **validations("template.metadata"),
                     ),

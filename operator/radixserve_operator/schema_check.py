@@ -84,6 +84,8 @@ def _problem(node: dict[str, Any], value: Any) -> str | None:
             return f"at most {node['maxItems']} items, got {len(value)}"
         if len(value) < node.get("minItems", 0):
             return f"at least {node['minItems']} item(s)"
+    if isinstance(value, dict) and len(value) > node.get("maxProperties", len(value)):
+        return f"at most {node['maxProperties']} entries, got {len(value)}"
     return None
 
 

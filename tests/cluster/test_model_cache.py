@@ -74,7 +74,7 @@ def test_hub_model_init_container_token_and_shared_rwo_claim(stack: Stack, names
     (init,), (server,) = pod["initContainers"], pod["containers"]
     assert init["name"] == "model-download" and init["image"] == server["image"]
     assert init["args"] == ["download", "Qwen/Qwen3-0.6B"]
-    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": False}}
     assert _env(init)["HF_TOKEN"] == token and "HF_TOKEN" not in _env(server)  # server: offline
     assert _env(server)["HF_HUB_OFFLINE"] == "1" and "HF_HUB_OFFLINE" not in _env(init)
     probe = server["startupProbe"]
