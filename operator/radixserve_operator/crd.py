@@ -358,9 +358,9 @@ def _rollout() -> dict[str, Any]:
 def _toleration() -> dict[str, Any]:
     return _obj(
         {
-            "key": _str(),
+            "key": _str(maxLength=317),  # a label key: prefix (253) / name (63)
             "operator": _str(enum=["Exists", "Equal"]),
-            "value": _str(),
+            "value": _str(maxLength=63),
             "effect": _str(enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
             "tolerationSeconds": _int(0, 2**31 - 1),
         }
