@@ -18,6 +18,7 @@ from typing import Any
 from radixserve_operator import (
     ANNOTATION_GENERATION,
     ANNOTATION_GPUS,
+    ANNOTATION_IN_PLACE,
     ANNOTATION_TP,
     APP_NAME,
     FIELD_MANAGER,
@@ -295,10 +296,14 @@ def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, An
     )
 
 
-def _strategy(spec: ServiceSpec) -> dict[str, Any]:
+def _strategy(spec: ServiceSpec, in_place: bool) -> dict[str, Any]:
+    """`in_place`: this generation's surge pod found no room and the spec falls back
+    (rollout.whenSurgeBlocked: ReplaceInPlace): one pod down at a time, none added."""
     r = spec.rollout
     if r.strategy == "Recreate":
         return {"type": "Recreate"}
+    if in_place:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     return {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": r.max_surge, "maxUnavailable": r.max_unavailable},
@@ -486,21 +491,26 @@ def _pod_template(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     }
 
 
-def build_deployment(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
-    """The Deployment for `spec` at TP `tp`."""
+def build_deployment(
+    spec: ServiceSpec, tp: int, generation: int, in_place: bool = False
+) -> dict[str, Any]:
+    """The Deployment for `spec` at TP `tp`; `in_place`: see `_strategy`."""
     # A rollout may wait out a whole startup window per pod (and a download before it); don't
     # call it stalled before that.
     deadline = max(600, spec.startup.window_seconds + 300)
     if downloads(spec):
         deadline += DOWNLOAD_ALLOWANCE_S
+    meta = _workload_meta(spec, tp, generation)
+    if in_place:
+        meta["annotations"][ANNOTATION_IN_PLACE] = str(generation)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _workload_meta(spec, tp, generation),
+        "metadata": meta,
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(spec.name)},
-            "strategy": _strategy(spec),
+            "strategy": _strategy(spec, in_place),
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": deadline,
             "template": _pod_template(spec, tp),
@@ -557,10 +567,12 @@ def build_statefulset(spec: ServiceSpec, tp: int, generation: int) -> dict[str, 
     }
 
 
-def build_workload(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
+def build_workload(
+    spec: ServiceSpec, tp: int, generation: int, in_place: bool = False
+) -> dict[str, Any]:
     if workload_kind(spec) == "StatefulSet":
         return build_statefulset(spec, tp, generation)
-    return build_deployment(spec, tp, generation)
+    return build_deployment(spec, tp, generation, in_place)
 
 
 def object_meta(spec: ServiceSpec) -> dict[str, Any]:

@@ -341,6 +341,13 @@ def _rollout() -> dict[str, Any]:
             "strategy": _str(enum=["RollingUpdate", "Recreate"], default="RollingUpdate"),
             "maxSurge": _percent_or_count(),
             "maxUnavailable": _percent_or_count(),
+            "whenSurgeBlocked": _str(
+                enum=["Wait", "ReplaceInPlace"],
+                default="Wait",
+                description="When no node has room for a surge pod: Wait (the previous replicas "
+                "keep serving; status SurgeBlocked) or ReplaceInPlace (this rollout then takes "
+                "pods down one at a time first: an outage for one replica).",
+            ),
         },
         # NOTE: no defaults for the counts: the operator's depend on the workload (`spec.py`,
         # effective_rollout), and the API server checks the CEL rules (rules.py) against a

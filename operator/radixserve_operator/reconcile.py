@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
+from radixserve_operator import ANNOTATION_IN_PLACE, API_VERSION, KIND, LABEL_INSTANCE
 from radixserve_operator.builders import gpus_per_replica, selector_labels, workload_kind_of
 from radixserve_operator.children import OPTIONAL_KINDS, build_all
 from radixserve_operator.client import (
@@ -44,6 +44,7 @@ from radixserve_operator.status import (
     MODEL_CONFIG_UNAVAILABLE,
     READY,
     RECONCILER_REASONS,
+    SURGE_BLOCKED,
     blocked_status,
     compute_status,
     get_condition,
@@ -152,12 +153,16 @@ def check_policy(
 
 
 def plan(
-    body: dict[str, Any], fetch: Fetch = fetch_config, settings: OperatorSettings | None = None
+    body: dict[str, Any],
+    fetch: Fetch = fetch_config,
+    settings: OperatorSettings | None = None,
+    in_place: bool = False,
 ) -> tuple[ServiceSpec, int, list[dict[str, Any]], str | None]:
     """The parsed spec, its TP size, the owned objects to apply and why the TP size could not be
     checked against the model (None when it was). Raises SpecError (PodSecurityError and
     ReferenceNotAllowed among them), SizingError, ModelConfigNotFound (invalid spec) or
-    ModelConfigUnavailable (retry later). `settings`: the operator's (default: its environment)."""
+    ModelConfigUnavailable (retry later). `settings`: the operator's (default: its environment);
+    `in_place`: this generation rolls out in place (`replacing_in_place`)."""
     import kopf
 
     settings = settings or OperatorSettings.from_env()
@@ -165,7 +170,8 @@ def plan(
     check_images(body.get("spec") or {}, settings)
     shape, unchecked = _shape(spec, fetch)
     tp = resolve_tp(spec, shape)
-    objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1), settings)
+    generation = int(body["metadata"].get("generation") or 1)
+    objects = build_all(spec, tp, generation, settings, in_place)
     check_policy(spec, objects, settings)  # before anything is applied
     kopf.adopt(objects, owner=body)
     return spec, tp, objects, unchecked
@@ -181,7 +187,7 @@ def reconcile(
     generation cannot be applied (status and a Warning event say why), RetryLater when the hub is
     unreachable. `announce`: (reason, message prefix) of a Normal event to post once applied."""
     try:
-        spec, tp, objects, unchecked = plan(body, fetch)
+        spec, tp, objects, unchecked = plan(body, fetch, in_place=replacing_in_place(client, body))
     except ModelConfigUnavailable as e:
         message = (
             f"{e}; with spec.parallelism.tensor set (or spec.model.parameters), the model "
@@ -206,6 +212,31 @@ def reconcile(
                        f"{RETRY_DELAY_S} s")
             _mark_blocked(client, body, message, APPLY_FAILED)
             raise RetryLater(message) from e
+
+
+def _falls_back(raw_spec: dict[str, Any]) -> bool:
+    return (raw_spec.get("rollout") or {}).get("whenSurgeBlocked") == "ReplaceInPlace"
+
+
+def _in_place_mark(deployment: dict[str, Any] | None) -> str | None:
+    return ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_IN_PLACE)
+
+
+def replacing_in_place(client: ClusterClient, body: dict[str, Any]) -> bool:
+    """Whether this generation rolls out in place: the spec falls back (rollout.whenSurgeBlocked:
+    ReplaceInPlace) and its surge pod found no room (the status says SurgeBlocked for this
+    generation), or the Deployment already carries that decision for it. Decided per generation,
+    so the next spec change surges first again."""
+    meta = body["metadata"]
+    if not _falls_back(body.get("spec") or {}):
+        return False
+    generation = int(meta.get("generation") or 1)
+    deployment = client.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
+    if _in_place_mark(deployment) == str(generation):
+        return True
+    live = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
+    ready = get_condition(live.get("status"), READY) or {}
+    return ready.get("reason") == SURGE_BLOCKED and ready.get("observedGeneration") == generation
 
 
 def _refuse(client: ClusterClient, body: dict[str, Any], message: str, reason: str) -> NoReturn:
@@ -527,6 +558,17 @@ def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] 
     problem = problem_reason(new)
     if problem and problem != problem_reason(old) and problem not in RECONCILER_REASONS:
         client.event(resource, "Warning", problem, get_condition(new, READY)["message"])
+    if (
+        problem == SURGE_BLOCKED
+        and _falls_back(resource.get("spec") or {})
+        and _in_place_mark(deployment) != str(resource["metadata"].get("generation") or 1)
+    ):
+        client.event(resource, "Normal", "ReplacingInPlace", "no room for a surge pod: "
+                     "replacing pods in place (spec.rollout.whenSurgeBlocked: ReplaceInPlace)")
+        try:
+            reconcile(client, resource)  # the Deployment, now in place, frees a replica's room
+        except (RetryLater, Refused):
+            pass  # the status says why
     return new
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from radixserve_operator import ANNOTATION_GENERATION, ANNOTATION_GPUS, ANNOTATION_TP
+from radixserve_operator import (
+    ANNOTATION_GENERATION,
+    ANNOTATION_GPUS,
+    ANNOTATION_IN_PLACE,
+    ANNOTATION_TP,
+)
 from radixserve_operator.builders import selector_string
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
@@ -156,7 +161,8 @@ def _surge_blocked(ready: int, scheduler: str) -> str:
         f"the rollout waits: a surge pod of the new spec cannot be scheduled ({scheduler}); "
         f"{ready} ready replica(s) of the previous spec keep serving until it can. To replace "
         "pods in place instead (the service is down while a one-replica pod restarts), set "
-        "spec.rollout.maxSurge: 0 and maxUnavailable: 1"
+        "spec.rollout.whenSurgeBlocked: ReplaceInPlace, or spec.rollout.maxSurge: 0 and "
+        "maxUnavailable: 1"
     )
 
 
@@ -186,6 +192,11 @@ def verdict(
             f"; scheduler: {unschedulable[0]}" if unschedulable else ""
         )
         return Verdict(False, False, True, INSUFFICIENT_GPU, msg)
+    notes = deployment["metadata"].get("annotations") or {}
+    falling_back = notes.get(ANNOTATION_IN_PLACE) == notes.get(ANNOTATION_GENERATION)
+    if unschedulable and falling_back and (ready or terminating):
+        return Verdict(False, True, False, "RollingOut", progress + "; no room for a surge pod: "
+                       "replacing pods in place (spec.rollout.whenSurgeBlocked: ReplaceInPlace)")
     if unschedulable and ready and _surging(deployment, want, total):
         return Verdict(False, False, True, SURGE_BLOCKED, _surge_blocked(ready, unschedulable[0]))
     if unschedulable and not terminating:

@@ -95,3 +95,23 @@ def test_a_surge_pod_with_no_room_is_reported_and_waited_for(stack: Stack, names
         p["metadata"]["name"] != old["metadata"]["name"] for p in live_pods(stack, namespace, name)
     ), 60, 1)
     delete_and_wait(stack, namespace, name)
+
+
+def test_a_spec_that_opts_in_falls_back_to_in_place(stack: Stack, namespace: str) -> None:
+    name = "fallback"
+    spec = gpu_spec(8, 1, rollout={"whenSurgeBlocked": "ReplaceInPlace"}, **ON_ONE_NODE)
+    apply(stack, namespace, rsvc(name, spec))
+    wait_ready(stack, namespace, name, 1)
+    (old,) = live_pods(stack, namespace, name)
+    _patch(stack, namespace, name, {"runtime": {"maxRunningRequests": 8}})
+    obj = wait_ready(stack, namespace, name, 1, timeout=120)  # no one had to step in
+    assert obj["metadata"]["generation"] == 2
+    assert old["metadata"]["name"] not in {p["metadata"]["name"] for p in live_pods(stack, namespace, name)}
+    reasons = stack.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}",
+        "-o", "jsonpath={.items[*].reason}",
+    ).split()  # fmt: skip
+    assert "SurgeBlocked" in reasons and "ReplacingInPlace" in reasons, reasons
+    deployment = stack.kubectl.get("deployment", name, namespace)
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    delete_and_wait(stack, namespace, name)

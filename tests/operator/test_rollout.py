@@ -83,3 +83,29 @@ def test_an_unschedulable_pod_without_a_surge_is_not_surge_blocked(cluster, memo
                                       scheduled=("Unschedulable", INSUFFICIENT))]
     pod_event(cluster, memo, cluster.pods[1])
     assert state(cluster.resource())[3] == "InsufficientGPU"
+
+
+def test_the_spec_may_fall_back_to_in_place_for_that_rollout(cluster, memo, make_body) -> None:
+    spec = {"model": {"source": "Qwen/Qwen3-0.6B"}, "parallelism": {"tensor": 1},
+            "rollout": {"whenSurgeBlocked": "ReplaceInPlace"}}
+    _rolling_with_blocked_surge(cluster, memo, make_body, spec)
+    deployment = cluster.deployment()
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert deployment["metadata"]["annotations"]["radixserve.dev/replacing-in-place"] == "1"
+    assert ("Normal", "ReplacingInPlace") in [e[:2] for e in cluster.events]
+    # the old pod goes: the rollout proceeds in place, and says so
+    cluster.pods[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cluster.set_rollout(observed=True, updated=1, ready=0, total=2)
+    pod_event(cluster, memo, cluster.pods[0])
+    r = cluster.resource()
+    assert state(r) == ("False", "True", "False", "RollingOut")
+    assert "replacing pods in place" in cond(r, "Ready")["message"]
+    handlers.resync(body=r, memo=memo, logger=None)  # decided for this generation: it stays
+    assert cluster.deployment()["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
+
+    # the next spec change surges first again
+    cluster.edit_spec(lambda s: s.setdefault("runtime", {}).update(maxRunningRequests=8))
+    handlers.on_update(body=cluster.resource(), memo=memo, logger=None, diff=[])
+    deployment = cluster.deployment()
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert "radixserve.dev/replacing-in-place" not in deployment["metadata"]["annotations"]
