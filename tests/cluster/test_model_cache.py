@@ -64,11 +64,15 @@ def test_hub_model_init_container_token_and_shared_rwo_claim(stack: Stack, names
 
     c = wait_for("the CacheSharedReadWriteOnce condition", flagged, 60, 0.5)
     assert c["reason"] == "ReadWriteOnceClaimShared" and "ReadWriteMany" in c["message"], c
-    events = stack.kubectl(
-        "get", "events", "-n", namespace, "--field-selector",
-        f"involvedObject.name={name},reason=ReadWriteOnceClaimShared", "-o", "jsonpath={.items[*].message}",
-    )  # fmt: skip
-    assert "hf-cache" in events
+    def event() -> str | None:  # posted right after the condition: wait for it, not race it
+        said = stack.kubectl(
+            "get", "events", "-n", namespace, "--field-selector",
+            f"involvedObject.name={name},reason=ReadWriteOnceClaimShared",
+            "-o", "jsonpath={.items[*].message}",
+        )  # fmt: skip
+        return said or None
+
+    assert "hf-cache" in wait_for("the ReadWriteOnceClaimShared event", event, 30, 0.5)
 
     pod = get(stack, namespace, "deployment", name)["spec"]["template"]["spec"]
     (init,), (server,) = pod["initContainers"], pod["containers"]
