@@ -32,10 +32,13 @@ def _only_unknown_fields(doc: dict[str, Any]) -> bool:
     return all(e.validator == "additionalProperties" for e in errors)
 
 
-@pytest.mark.parametrize("doc", SCHEMA_INVALID, ids=lambda d: d["metadata"]["name"])
+# A sample whose only fault is an unknown field is the API server's to prune (strict field
+# validation refuses it at kubectl apply); the operator ignores such a field.
+JUDGED = [d for d in SCHEMA_INVALID if not _only_unknown_fields(d)]
+
+
+@pytest.mark.parametrize("doc", JUDGED, ids=lambda d: d["metadata"]["name"])
 def test_the_operator_refuses_what_the_schema_refuses_and_fast(doc: dict[str, Any]) -> None:
-    if _only_unknown_fields(doc):
-        pytest.skip("an unknown field: pruned by the API server, ignored by the operator")
     body = {**doc, "metadata": {"name": "llm", "namespace": "serving"}}
     started = time.process_time()
     with pytest.raises(SpecError) as refused:
