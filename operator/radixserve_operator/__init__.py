@@ -29,6 +29,8 @@ COMPONENT_ROUTER = "router"
 ANNOTATION_GENERATION = f"{GROUP}/generation"
 ANNOTATION_TP = f"{GROUP}/tensor-parallel-size"
 ANNOTATION_GPUS = f"{GROUP}/gpus-per-replica"
+# The generation whose rollout replaces pods in place because no surge pod fit (rollout.py).
+ANNOTATION_IN_PLACE = f"{GROUP}/replacing-in-place"
 
 SERVER_PORT = 8000
 DEFAULT_IMAGE = "ghcr.io/radixserve/radixserve:0.1.0"

@@ -5,6 +5,7 @@
                         [--default-cpu-image IMAGE] [--prometheus-url URL]
                         [--pod-security-level baseline|restricted]
                         [--allowed-service-accounts A,B] [--allowed-secrets A,B]
+                        [--allowed-registries PREFIX,...]
                         [--network-policy true|false] [--monitoring-namespace NS] [--verbose]
 
 Two replicas: give both the same `--peering NAME` (a KopfPeering object of that name must exist)
@@ -90,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(env {settings.ENV_ALLOWED_SECRETS})",
     )
     p.add_argument(
+        "--allowed-registries",
+        default=None,
+        help="comma-separated image prefixes (registry/org) a resource's spec.image and "
+        f"router.image must start with; none: any image (env {settings.ENV_ALLOWED_REGISTRIES})",
+    )
+    p.add_argument(
         "--network-policy",
         choices=("true", "false"),
         default=None,
@@ -117,6 +124,7 @@ def export_settings(args: argparse.Namespace) -> None:
         (args.pod_security_level, settings.ENV_POD_SECURITY_LEVEL),
         (args.allowed_service_accounts, settings.ENV_ALLOWED_SERVICE_ACCOUNTS),
         (args.allowed_secrets, settings.ENV_ALLOWED_SECRETS),
+        (args.allowed_registries, settings.ENV_ALLOWED_REGISTRIES),
         (args.network_policy, settings.ENV_NETWORK_POLICY),
         (args.monitoring_namespace, settings.ENV_MONITORING_NAMESPACE),
     ):

@@ -13,12 +13,12 @@ operator's level by `podsecurity` before anything is applied."""
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Any
 
 from radixserve_operator import (
     ANNOTATION_GENERATION,
     ANNOTATION_GPUS,
+    ANNOTATION_IN_PLACE,
     ANNOTATION_TP,
     APP_NAME,
     FIELD_MANAGER,
@@ -30,7 +30,8 @@ from radixserve_operator import (
     LABEL_VERSION,
     SERVER_PORT,
 )
-from radixserve_operator.spec import ProbeTiming, ServiceSpec
+from radixserve_operator.quantity import quantity_bytes
+from radixserve_operator.spec import API_KEY_ENV, ProbeTiming, ServiceSpec
 
 CONTAINER = "server"
 INIT_CONTAINER = "model-download"
@@ -57,12 +58,6 @@ SPREAD_KEY = "kubernetes.io/hostname"
 STARTUP_MARGIN_S = 60
 # A Deployment's progress deadline also covers the init container's download (not in the window).
 DOWNLOAD_ALLOWANCE_S = 3600
-_SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -140,14 +135,6 @@ def _probe(timing: ProbeTiming) -> dict[str, Any]:
     }
 
 
-def quantity_bytes(q: str | float) -> int:
-    """A Kubernetes quantity ("8Gi", "1.5G", "512M", 1000) in units (bytes for memory)."""
-    m = _QUANTITY.match(str(q).strip())
-    if not m or m.group(2) not in _SUFFIXES:
-        raise ValueError(f"not a quantity: {q!r}")
-    return int(Decimal(m.group(1)) * _SUFFIXES[m.group(2)])
-
-
 def _mebibytes(n: int) -> str:
     mib = -(-n // 2**20)
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
@@ -195,8 +182,11 @@ def runtime_startup_timeout(spec: ServiceSpec) -> int:
     return t - min(STARTUP_MARGIN_S, t // 4)
 
 
-def _secret_env(name: str, ref: tuple[str, str]) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref[0], "key": ref[1]}}}
+def secret_env(name: str, ref: tuple[str, str]) -> dict[str, Any]:
+    """An env var from a Secret key that must exist: a missing Secret or key keeps the container
+    from starting, never starts it with an empty value (an empty API key is none)."""
+    key_ref = {"name": ref[0], "key": ref[1], "optional": False}
+    return {"name": name, "valueFrom": {"secretKeyRef": key_ref}}
 
 
 def _common_env(spec: ServiceSpec) -> list[dict[str, Any]]:
@@ -221,9 +211,11 @@ def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
     if downloads(spec):  # the init container has put the model in the cache
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env.append({"name": "RADIXSERVE_STARTUP_TIMEOUT", "value": str(runtime_startup_timeout(spec))})
-    if spec.api_key_secret:
-        env.append(_secret_env("RADIXSERVE_API_KEY", spec.api_key_secret))
-    return merge_env(env, _user_env(spec))
+    merged = merge_env(env, _user_env(spec))
+    if spec.api_key_secret:  # NOTE: after the user's env, which may not replace it (spec.py)
+        merged = [e for e in merged if e["name"] != API_KEY_ENV]
+        merged.append(secret_env(API_KEY_ENV, spec.api_key_secret))
+    return merged
 
 
 def _init_env(spec: ServiceSpec) -> list[dict[str, Any]]:
@@ -231,7 +223,7 @@ def _init_env(spec: ServiceSpec) -> list[dict[str, Any]]:
     answers the network should not hold a credential it never uses."""
     env = _common_env(spec)
     if spec.model.hf_token_secret:
-        env.append(_secret_env("HF_TOKEN", spec.model.hf_token_secret))
+        env.append(secret_env("HF_TOKEN", spec.model.hf_token_secret))
     if spec.cache.read_only:  # a claim filled beforehand: check it, fetch nothing
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     return merge_env(env, _user_env(spec))
@@ -304,10 +296,14 @@ def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, An
     )
 
 
-def _strategy(spec: ServiceSpec) -> dict[str, Any]:
+def _strategy(spec: ServiceSpec, in_place: bool) -> dict[str, Any]:
+    """`in_place`: this generation's surge pod found no room and the spec falls back
+    (rollout.whenSurgeBlocked: ReplaceInPlace): one pod down at a time, none added."""
     r = spec.rollout
     if r.strategy == "Recreate":
         return {"type": "Recreate"}
+    if in_place:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     return {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": r.max_surge, "maxUnavailable": r.max_unavailable},
@@ -495,21 +491,26 @@ def _pod_template(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     }
 
 
-def build_deployment(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
-    """The Deployment for `spec` at TP `tp`."""
+def build_deployment(
+    spec: ServiceSpec, tp: int, generation: int, in_place: bool = False
+) -> dict[str, Any]:
+    """The Deployment for `spec` at TP `tp`; `in_place`: see `_strategy`."""
     # A rollout may wait out a whole startup window per pod (and a download before it); don't
     # call it stalled before that.
     deadline = max(600, spec.startup.window_seconds + 300)
     if downloads(spec):
         deadline += DOWNLOAD_ALLOWANCE_S
+    meta = _workload_meta(spec, tp, generation)
+    if in_place:
+        meta["annotations"][ANNOTATION_IN_PLACE] = str(generation)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _workload_meta(spec, tp, generation),
+        "metadata": meta,
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(spec.name)},
-            "strategy": _strategy(spec),
+            "strategy": _strategy(spec, in_place),
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": deadline,
             "template": _pod_template(spec, tp),
@@ -566,10 +567,12 @@ def build_statefulset(spec: ServiceSpec, tp: int, generation: int) -> dict[str, 
     }
 
 
-def build_workload(spec: ServiceSpec, tp: int, generation: int) -> dict[str, Any]:
+def build_workload(
+    spec: ServiceSpec, tp: int, generation: int, in_place: bool = False
+) -> dict[str, Any]:
     if workload_kind(spec) == "StatefulSet":
         return build_statefulset(spec, tp, generation)
-    return build_deployment(spec, tp, generation)
+    return build_deployment(spec, tp, generation, in_place)
 
 
 def object_meta(spec: ServiceSpec) -> dict[str, Any]:

@@ -135,12 +135,17 @@ OPTIONAL_KINDS = (
 
 
 def build_all(
-    spec: ServiceSpec, tp: int, generation: int, settings: OperatorSettings | None = None
+    spec: ServiceSpec,
+    tp: int,
+    generation: int,
+    settings: OperatorSettings | None = None,
+    in_place: bool = False,
 ) -> list[dict[str, Any]]:
     """The workload and the Service, then the NetworkPolicy and the optional children the spec
-    asks for. `settings`: the operator's (default: from its environment)."""
+    asks for. `settings`: the operator's (default: from its environment); `in_place`: this
+    generation rolls out in place (builders._strategy)."""
     settings = settings or OperatorSettings.from_env()
-    out = [build_workload(spec, tp, generation), build_service(spec)]
+    out = [build_workload(spec, tp, generation, in_place), build_service(spec)]
     if settings.network_policy:
         out.append(build_network_policy(spec, settings))
     if wants_disruption_budget(spec):

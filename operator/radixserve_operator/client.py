@@ -24,10 +24,11 @@ class StatusConflict(RuntimeError):
 
 
 class ClusterClient(Protocol):
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """Create or update `obj` (server-side apply, this operator as field manager); idempotent.
         Raises `ApplyRejected` when the API server refuses the object as invalid and
-        `APIUnavailable` when the cluster does not serve its kind."""
+        `APIUnavailable` when the cluster does not serve its kind. `dry_run`: validated and
+        admitted by the API server, nothing stored."""
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it (or its kind) does not exist."""
@@ -87,7 +88,7 @@ class KubeClient:
             self._missing[(api_version, kind)] = time.monotonic()
             raise APIUnavailable(f"{api_version} {kind} is not served by this cluster") from None
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         from kubernetes.dynamic.exceptions import BadRequestError, UnprocessibleEntityError
 
         meta = obj["metadata"]
@@ -100,6 +101,7 @@ class KubeClient:
                 namespace=meta.get("namespace"),
                 field_manager=FIELD_MANAGER,
                 force_conflicts=True,
+                **({"dry_run": "All"} if dry_run else {}),
             )
         except (BadRequestError, UnprocessibleEntityError) as e:
             raise ApplyRejected(f"{obj['kind']} {meta['name']} rejected: {e.summary()}") from None

@@ -16,12 +16,34 @@ from radixserve_operator import (
     SINGULAR,
     VERSION,
 )
-from radixserve_operator.rules import validations
+from radixserve_operator.rules import ROOT, validations
 
+# Kubernetes' quantity grammar with bounded digits and exponent and no sign: parsing one is cheap
+# (`quantity.py`) and a negative size or a 10^1000000 never reaches the operator.
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"^\+?([0-9]{1,18}(\.[0-9]{0,9})?|\.[0-9]{1,9})(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
 )
+QUANTITY_MAX_LENGTH = 32
+MAX_QUANTITY = 10**18  # units (bytes, cores): an exabyte of memory is beyond any node
+# NOTE: a power of ten: the API server keeps a maximum as a float64 and writes it back in
+# decimal; 2**60 came back as 1152921504606847000, and Helm saw a conflicting CRD.
+MAX_REPLICAS = 1000  # one resource's server pods, its autoscaler's maximum included
+MAX_ROUTER_REPLICAS = 100
+MAX_PARAMETERS = 10**15  # a model's weights: three orders of magnitude beyond the largest
+MAX_HEADS = 4096  # attention heads, KV heads, layers, head size
+MAX_TOKENS = 2**24  # context, prefill and graph token counts
+MAX_RUNNING_REQUESTS = 2**16
+MAX_GRAPH_BATCH = 4096
+MAX_AUTOSCALING_TARGET = 10**6
+# Names and references: DNS-1123 subdomains (Secrets, claims, classes, accounts) and keys.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# An image reference: no leading '-' (it is an argument to the runtime), no spaces or controls.
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+# What becomes one argument of a flag (--served-model-name, --revision): never a flag itself.
+ARG_VALUE = r"^[A-Za-z0-9_][A-Za-z0-9._:/@+-]*$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
 
@@ -54,11 +76,23 @@ def _int_or_string(**checks: Any) -> dict[str, Any]:
 
 
 def _quantity(**extra: Any) -> dict[str, Any]:
-    return _int_or_string(minimum=0, pattern=QUANTITY_PATTERN, **extra)
+    return _int_or_string(
+        minimum=0, maximum=MAX_QUANTITY, pattern=QUANTITY_PATTERN, maxLength=QUANTITY_MAX_LENGTH,
+        **extra,
+    )
 
 
-def _percent_or_count(default: int) -> dict[str, Any]:
-    return _int_or_string(minimum=0, pattern=r"^[0-9]+%$", default=default)
+PERCENT_PATTERN = r"^([0-9]|[1-9][0-9]|100)%$"
+
+
+def _percent_or_count(default: int | None = None) -> dict[str, Any]:
+    extra = {} if default is None else {"default": default}
+    return _int_or_string(minimum=0, maximum=MAX_REPLICAS, pattern=PERCENT_PATTERN, **extra)
+
+
+def _name_ref(**extra: Any) -> dict[str, Any]:
+    """The name of an object in the resource's namespace (a Secret, a claim, an account)."""
+    return _str(minLength=1, maxLength=253, pattern=DNS_SUBDOMAIN, **extra)
 
 
 def _free_object(description: str) -> dict[str, Any]:
@@ -71,19 +105,20 @@ def _free_object(description: str) -> dict[str, Any]:
 
 def _probe(period: int, failures: int | None, timeout: int, delay: int = 0) -> dict[str, Any]:
     threshold = (
-        _int(1, default=failures)
+        _int(1, 100000, default=failures)
         if failures is not None
         else _int(
             1,
+            100000,
             description="Default: enough periods to cover runtime.startupTimeoutSeconds; a "
             "larger value lengthens the window, a smaller one is raised to cover it.",
         )
     )
     return _obj(
         {
-            "initialDelaySeconds": _int(0, default=delay),
-            "periodSeconds": _int(1, default=period),
-            "timeoutSeconds": _int(1, default=timeout),
+            "initialDelaySeconds": _int(0, 86400, default=delay),
+            "periodSeconds": _int(1, 3600, default=period),
+            "timeoutSeconds": _int(1, 3600, default=timeout),
             "failureThreshold": threshold,
         },
         default={},
@@ -110,7 +145,9 @@ def _cache() -> dict[str, Any]:
             "sizeLimit": _quantity(description="emptyDir: its sizeLimit (default 100Gi)."),
             "size": _quantity(description="pvcPerReplica (required): each PVC's storage request."),
             "storageClassName": _str(
-                description="pvcPerReplica: the StorageClass (default: the cluster's default)."
+                maxLength=253,
+                pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",  # "" too: static binding
+                description="pvcPerReplica: the StorageClass (default: the cluster's default).",
             ),
             "accessModes": {
                 "type": "array",
@@ -119,10 +156,7 @@ def _cache() -> dict[str, Any]:
                 "x-kubernetes-list-type": "set",
                 "description": "pvcPerReplica: the PVCs' access modes (default [ReadWriteOnce]).",
             },
-            "claimName": _str(
-                minLength=1,
-                maxLength=253,
-                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+            "claimName": _name_ref(
                 description="sharedPVC: the existing claim (in the resource's namespace).",
             ),
             "readOnly": {
@@ -141,13 +175,16 @@ def _model() -> dict[str, Any]:
         {
             "parameterCount": _int_or_string(
                 minimum=1,
-                pattern=r"^[0-9]+(\.[0-9]+)?[KMBT]?$",
-                description='Total weights, e.g. 14800000000 or "14.8B" (MoE: all experts).',
+                maximum=MAX_PARAMETERS,
+                maxLength=24,
+                pattern=r"^[0-9]{1,15}(\.[0-9]{1,6})?[KMBT]?$",
+                description='Total weights, e.g. 14800000000 or "14.8B" (MoE: all experts); '
+                f"at most {MAX_PARAMETERS:.0e}.",
             ),
-            "numAttentionHeads": _int(1),
-            "numKeyValueHeads": _int(1, description="Defaults to numAttentionHeads."),
-            "numHiddenLayers": _int(1),
-            "headDim": _int(1),
+            "numAttentionHeads": _int(1, MAX_HEADS),
+            "numKeyValueHeads": _int(1, MAX_HEADS, description="Defaults to numAttentionHeads."),
+            "numHiddenLayers": _int(1, MAX_HEADS),
+            "headDim": _int(1, MAX_HEADS),
             "dtype": _str(enum=["bfloat16", "float16", "float32"], default="bfloat16"),
         },
         required=["parameterCount", "numAttentionHeads", "numHiddenLayers", "headDim"],
@@ -160,18 +197,27 @@ def _model() -> dict[str, Any]:
                 default="default",
                 minLength=1,
                 maxLength=1024,  # bounds the CEL rule's estimated cost
+                pattern=r"^[^-\x00-\x20][^\x00-\x1f]*$",  # never a flag, no control characters
                 description="`default` (the image's embedded SmolLM2-135M-Instruct), a Hugging "
                 "Face model id, a path inside the pod, or pvc://CLAIM/path.",
                 **validations("model.source"),
             ),
-            "servedName": _str(description="Model name in the OpenAI API (default: the source)."),
-            "revision": _str(description="Hub revision (branch, tag or commit) of the model."),
+            "servedName": _str(
+                maxLength=256,
+                pattern=ARG_VALUE,
+                description="Model name in the OpenAI API (default: the source).",
+            ),
+            "revision": _str(
+                maxLength=256,
+                pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$",
+                description="Hub revision (branch, tag or commit) of the model.",
+            ),
             "parameters": hints,
             "cache": _cache(),
             "hfTokenSecret": _obj(
                 {
-                    "name": _str(minLength=1),
-                    "key": _str(minLength=1, default="HF_TOKEN"),
+                    "name": _name_ref(),
+                    "key": _str(minLength=1, maxLength=253, pattern=SECRET_KEY, default="HF_TOKEN"),
                 },
                 required=["name"],
                 description="A Secret key set as HF_TOKEN in the download init container only "
@@ -191,7 +237,9 @@ def _gpu() -> dict[str, Any]:
                 "description": "false: a CPU replica, no GPU requested.",
             },
             "resourceName": _str(
-                default="nvidia.com/gpu", pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$"
+                default="nvidia.com/gpu",
+                maxLength=253,
+                pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$",
             ),
             "memoryGiB": {
                 "type": "number",
@@ -216,6 +264,7 @@ def _runtime() -> dict[str, Any]:
             "pageSize": _int(enum=PAGE_SIZES),
             "contextLength": _int(
                 2,
+                MAX_TOKENS,
                 description="Longest prompt + reply served (--context-length), at most the "
                 "model's; shorter also shrinks each replica's page table.",
             ),
@@ -224,8 +273,8 @@ def _runtime() -> dict[str, Any]:
                 description="Sampling fields a request leaves out: the model's "
                 "generation_config.json values (model, the runtime's default) or OpenAI's.",
             ),
-            "maxRunningRequests": _int(1),
-            "maxPrefillLength": _int(1),
+            "maxRunningRequests": _int(1, MAX_RUNNING_REQUESTS),
+            "maxPrefillLength": _int(1, MAX_TOKENS),
             "memoryRatio": {
                 "type": "number",
                 "exclusiveMinimum": True,
@@ -234,12 +283,14 @@ def _runtime() -> dict[str, Any]:
                 "default": 0.9,
                 "description": "Share of GPU memory for weights + KV cache (also used for sizing).",
             },
-            "cudaGraphMaxBs": _int(0, description="0 disables CUDA graphs."),
+            "cudaGraphMaxBs": _int(0, MAX_GRAPH_BATCH, description="0 disables CUDA graphs."),
             "prefillGraphMaxTokens": _int(
-                0, description="Prefill batches up to this many tokens replayed as CUDA graphs "
+                0, MAX_TOKENS, description="Prefill batches up to this many tokens replayed as CUDA graphs "
                                "(runtime default 8192); 0 disables."),
             "attention": _str(
-                pattern=r"^[a-z_]+(,[a-z_]+)?$", description="auto | NAME | PREFILL,DECODE"
+                maxLength=64,
+                pattern=r"^[a-z_]+(,[a-z_]+)?$",
+                description="auto | NAME | PREFILL,DECODE",
             ),
             "cache": _str(enum=["radix", "naive"]),
             "shutdownTimeoutSeconds": _int(
@@ -260,7 +311,13 @@ def _runtime() -> dict[str, Any]:
                 "already downloaded by then): the startup probe's window covers it, and the "
                 "runtime gives up a little earlier with a clear log line.",
             ),
-            "extraArgs": {"type": "array", "items": _str()},
+            "extraArgs": {
+                "type": "array",
+                "maxItems": 64,
+                "items": _str(maxLength=4096),
+                "description": "Appended to the server's command line; flags the operator sets "
+                "(--model, --tp, --host, --port, --device, --api-key) are refused.",
+            },
         },
         default={},
     )
@@ -269,7 +326,7 @@ def _runtime() -> dict[str, Any]:
 def _model_cache() -> dict[str, Any]:
     return _obj(
         {
-            "pvc": _obj({"claimName": _str(minLength=1)}, required=["claimName"]),
+            "pvc": _obj({"claimName": _name_ref()}, required=["claimName"]),
             "emptyDir": _obj({"sizeLimit": _quantity(default="100Gi")}),
         },
         description="Deprecated: use model.cache (pvc is {type: sharedPVC, claimName}, emptyDir "
@@ -282,13 +339,25 @@ def _rollout() -> dict[str, Any]:
     return _obj(
         {
             "strategy": _str(enum=["RollingUpdate", "Recreate"], default="RollingUpdate"),
-            "maxSurge": _percent_or_count(0),
-            "maxUnavailable": _percent_or_count(1),
+            "maxSurge": _percent_or_count(),
+            "maxUnavailable": _percent_or_count(),
+            "whenSurgeBlocked": _str(
+                enum=["Wait", "ReplaceInPlace"],
+                default="Wait",
+                description="When no node has room for a surge pod: Wait (the previous replicas "
+                "keep serving; status SurgeBlocked) or ReplaceInPlace (this rollout then takes "
+                "pods down one at a time first: an outage for one replica).",
+            ),
         },
-        # NOTE: spelled out, not {}: the API server checks the CEL rule (rules.py) against the
+        # NOTE: no defaults for the counts: the operator's depend on the workload (`spec.py`,
+        # effective_rollout), and the API server checks the CEL rules (rules.py) against a
         # default itself, before nested defaults fill it in.
-        default={"strategy": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
-        description="maxSurge defaults to 0: a GPU cluster rarely has a spare GPU for a surge pod.",
+        default={"strategy": "RollingUpdate"},
+        description="Default: surge first (maxSurge 1, maxUnavailable 0), so a rollout never "
+        "takes down the last ready replica; a surge pod that cannot be scheduled is reported "
+        "(reason SurgeBlocked) and waited for. maxSurge 0 with maxUnavailable 1 replaces pods in "
+        "place instead (an outage for one replica). A StatefulSet (pvcPerReplica) always "
+        "replaces in place (maxUnavailable, default 1).",
         **validations("rollout"),
     )
 
@@ -296,11 +365,11 @@ def _rollout() -> dict[str, Any]:
 def _toleration() -> dict[str, Any]:
     return _obj(
         {
-            "key": _str(),
+            "key": _str(maxLength=317),  # a label key: prefix (253) / name (63)
             "operator": _str(enum=["Exists", "Equal"]),
-            "value": _str(),
+            "value": _str(maxLength=63),
             "effect": _str(enum=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
-            "tolerationSeconds": _int(),
+            "tolerationSeconds": _int(0, 2**31 - 1),
         }
     )
 
@@ -308,7 +377,7 @@ def _toleration() -> dict[str, Any]:
 def _env_var() -> dict[str, Any]:
     return _obj(
         {
-            "name": _str(minLength=1),
+            "name": _str(minLength=1, maxLength=256, pattern=ENV_NAME),
             "value": _str(),
             "valueFrom": _free_object(
                 "As in a container's env (secretKeyRef, configMapKeyRef, fieldRef...)."
@@ -321,6 +390,7 @@ def _env_var() -> dict[str, Any]:
 def _env_list() -> dict[str, Any]:
     return {
         "type": "array",
+        "maxItems": 256,
         "items": _env_var(),
         # NOTE: a map keyed by name, as a container's env is: the API server rejects a
         # repeated name with a clear message instead of a pod that cannot be applied.
@@ -343,10 +413,11 @@ def _named_free_list(description: str, key: str = "name") -> dict[str, Any]:
     """A list of free-form Kubernetes objects keyed by `key` (volumes, volume mounts)."""
     return {
         "type": "array",
+        "maxItems": 64,
         "items": {
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
-            "properties": {key: _str(minLength=1)},
+            "properties": {key: _str(minLength=1, maxLength=4096)},
             "required": [key],
         },
         "x-kubernetes-list-type": "map",
@@ -379,20 +450,26 @@ def _pod_template_spec() -> dict[str, Any]:
     )
     return _obj(
         {
-            "nodeSelector": {"type": "object", "additionalProperties": _str()},
-            "tolerations": {"type": "array", "items": _toleration()},
+            "nodeSelector": {
+                "type": "object",
+                "maxProperties": 64,
+                "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
+            },
+            "tolerations": {"type": "array", "maxItems": 64, "items": _toleration()},
             "affinity": _free_object("A pod affinity, as in a PodSpec (replaces spec.affinity)."),
             "topologySpreadConstraints": {
                 "type": "array",
+                "maxItems": 32,
                 "items": _free_object("As in a PodSpec."),
                 "description": "Replaces the operator's default spread over nodes.",
             },
-            "runtimeClassName": _str(minLength=1),
-            "priorityClassName": _str(minLength=1),
-            "serviceAccountName": _str(minLength=1),
+            "runtimeClassName": _name_ref(),
+            "priorityClassName": _name_ref(),
+            "serviceAccountName": _name_ref(),
             "imagePullSecrets": {
                 "type": "array",
-                "items": _obj({"name": _str(minLength=1)}, required=["name"]),
+                "maxItems": 64,
+                "items": _obj({"name": _name_ref()}, required=["name"]),
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
             },
@@ -411,6 +488,7 @@ def _network_policy() -> dict[str, Any]:
         {
             "ingressFrom": {
                 "type": "array",
+                "maxItems": 64,
                 "items": _free_object(
                     "As a NetworkPolicyPeer: podSelector, namespaceSelector (both: those pods of "
                     "those namespaces) or ipBlock."
@@ -421,6 +499,7 @@ def _network_policy() -> dict[str, Any]:
             },
             "egress": {
                 "type": "array",
+                "maxItems": 64,
                 "items": _free_object("As a NetworkPolicyEgressRule: to, ports."),
                 "description": "Where the pods may connect (DNS is always allowed). Default: "
                 "anywhere (model downloads); set it to restrict egress.",
@@ -445,9 +524,14 @@ def _router() -> dict[str, Any]:
                 "longest part of its prompt (load permitting); round_robin: in turn; "
                 "power_of_two: the less loaded of two replicas drawn at random.",
             ),
-            "replicas": _int(1, default=1),
+            "replicas": _int(1, MAX_ROUTER_REPLICAS, default=1),
             "resources": _resources("The router container's; default: 500m CPU, 512Mi memory."),
-            "image": _str(minLength=1, description="Default: the operator's router image."),
+            "image": _str(
+                minLength=1,
+                maxLength=512,
+                pattern=IMAGE_PATTERN,
+                description="Default: the operator's router image.",
+            ),
         },
         default={},
         description="A cache-aware router (the SGLang model gateway) in front of the replicas, "
@@ -474,13 +558,14 @@ def _autoscaling() -> dict[str, Any]:
     return _obj(
         {
             "engine": _str(enum=["hpa", "keda"], default="hpa"),
-            "minReplicas": _int(0, default=1),
-            "maxReplicas": _int(1),
+            "minReplicas": _int(0, MAX_REPLICAS, default=1),
+            "maxReplicas": _int(1, MAX_REPLICAS),
             "metric": _str(enum=list(AUTOSCALING_METRICS), default="requests"),
             "target": {
                 "type": "number",
                 "exclusiveMinimum": True,
                 "minimum": 0,
+                "maximum": MAX_AUTOSCALING_TARGET,
                 "description": "Per-pod average to hold: requests in flight (default 16), KV "
                 "cache usage ratio (default 0.8, at most 1) or generated tokens/s (default 500).",
             },
@@ -488,10 +573,13 @@ def _autoscaling() -> dict[str, Any]:
                 {
                     "serverAddress": _str(
                         minLength=1,
+                        maxLength=2048,
+                        pattern=r"^https?://[^\s]+$",
                         description="KEDA only; default: the operator's --prometheus-url.",
                     ),
                     "query": _str(
                         minLength=1,
+                        maxLength=8192,
                         description="KEDA only: a PromQL query whose value is summed over the "
                         "replicas (replaces the one built from metric).",
                     ),
@@ -510,6 +598,9 @@ def _spec() -> dict[str, Any]:
         {
             "model": _model(),
             "image": _str(
+                minLength=1,
+                maxLength=512,
+                pattern=IMAGE_PATTERN,
                 description="Default: the GPU runtime image, or its -cpu variant when gpu.enabled "
                 "is false. Its ENTRYPOINT must run radixserve (ours: tini -- radixserve): the pods "
                 "set only args, a radixserve subcommand first."
@@ -517,7 +608,7 @@ def _spec() -> dict[str, Any]:
             "imagePullPolicy": _str(
                 enum=["Always", "IfNotPresent", "Never"], default="IfNotPresent"
             ),
-            "replicas": _int(0, default=1),
+            "replicas": _int(0, MAX_REPLICAS, default=1),
             "parallelism": _obj(
                 {
                     "tensor": _int_or_string(
@@ -533,8 +624,12 @@ def _spec() -> dict[str, Any]:
             "resources": _resources(
                 "CPU/memory for the server container; the GPU limit is set from the TP size."
             ),
-            "nodeSelector": {"type": "object", "additionalProperties": _str()},
-            "tolerations": {"type": "array", "items": _toleration()},
+            "nodeSelector": {
+                "type": "object",
+                "maxProperties": 64,
+                "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
+            },
+            "tolerations": {"type": "array", "maxItems": 64, "items": _toleration()},
             "affinity": _free_object("A pod affinity, as in a PodSpec."),
             "modelCache": _model_cache(),
             "shmSize": _quantity(
@@ -565,16 +660,28 @@ def _spec() -> dict[str, Any]:
                 default={},
             ),
             "apiKeySecretRef": _obj(
-                {"name": _str(minLength=1), "key": _str(default="api-key")},
+                {
+                    "name": _name_ref(),
+                    "key": _str(minLength=1, maxLength=253, pattern=SECRET_KEY, default="api-key"),
+                },
                 required=["name"],
-                description="Secret key mounted as RADIXSERVE_API_KEY.",
+                description="Secret key set as RADIXSERVE_API_KEY (the Secret must exist and hold "
+                "the key: the pods do not start without it); no env entry may set that name.",
             ),
             "template": _obj(
                 {
                     "metadata": _obj(
                         {
-                            "labels": {"type": "object", "additionalProperties": _str(maxLength=63)},
-                            "annotations": {"type": "object", "additionalProperties": _str()},
+                            "labels": {
+                                "type": "object",
+                                "maxProperties": 64,
+                                "additionalProperties": _str(maxLength=63, pattern=LABEL_VALUE),
+                            },
+                            "annotations": {
+                                "type": "object",
+                                "maxProperties": 128,
+                                "additionalProperties": _str(maxLength=65536),
+                            },
                         },
                         **validations("template.metadata"),
                     ),
@@ -638,6 +745,7 @@ def openapi_schema() -> dict[str, Any]:
             "status": _status(),
         },
         required=["spec"],
+        **validations(ROOT),  # on metadata.name, the only metadata a CRD's rules may read
     )
 
 

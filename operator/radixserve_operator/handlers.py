@@ -16,12 +16,17 @@ import kopf
 
 from radixserve_operator import FIELD_MANAGER, GROUP, LABEL_MANAGED_BY, PLURAL, VERSION
 from radixserve_operator.modelconfig import fetch_config
-from radixserve_operator.reconcile import RetryLater, reconcile, refresh_owner
+from radixserve_operator.reconcile import (
+    RETRY_DELAY_S,
+    Refused,
+    RetryLater,
+    reconcile,
+    refresh_owner,
+)
 from radixserve_operator.resync import Resync
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_S = 60
 RESYNC_S = 30.0
 OURS = {LABEL_MANAGED_BY: FIELD_MANAGER}
 CHILDREN = (
@@ -39,6 +44,8 @@ def _reconcile(body: Any, memo: Any, announce: tuple[str, str] | None) -> None:
         reconcile(memo.client, body, memo.get("fetch_config", fetch_config), announce)
     except RetryLater as e:
         raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from None
+    except Refused as e:  # status and event written; kopf must not retry it
+        raise kopf.PermanentError(f"{e.reason}: {e}") from None
 
 
 @kopf.on.startup()
@@ -87,8 +94,12 @@ def on_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 def resync(body: kopf.Body | dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """Level-based repair: re-apply the children (a hand edit is undone) and re-read the status."""
-    _reconcile(body, memo, None)
+    """Level-based repair: re-apply the children (a hand edit is undone) and re-read the status. A
+    refused generation stays refused: its status and event say why."""
+    try:
+        _reconcile(body, memo, None)
+    except kopf.PermanentError:
+        pass
 
 
 def _resync_quietly(body: dict[str, Any], memo: kopf.Memo) -> None:

@@ -14,9 +14,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from radixserve_operator.spec import ModelSpec
+from radixserve_operator.crd import MAX_PARAMETERS
+from radixserve_operator.spec import ModelSpec, SpecError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}  # fp8: KV cache only
 BLOCK_SCALE_BYTES = 4  # a block-FP8 layer keeps one float32 scale per row and column block
@@ -142,12 +144,21 @@ _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
 def parse_param_count(value: int | str) -> int:
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMBT]?)", str(value))
-    if not m:
-        raise ValueError(
-            f"spec.model.parameters.parameterCount: expected e.g. 14800000000 or 14.8B, got {value!r}"
+    """A weight count (an integer, or "14.8B"); bounded digits, so parsing is cheap, and bounded
+    by MAX_PARAMETERS before any arithmetic uses it."""
+    m = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{1,6})?)([KMBT]?)", str(value)[:32])
+    if isinstance(value, bool) or not m:
+        raise SpecError(
+            "spec.model.parameters.parameterCount: expected e.g. 14800000000 or 14.8B, got "
+            f"{str(value)[:32]!r}"
         )
-    return int(float(m.group(1)) * _SUFFIX[m.group(2)])
+    count = int(Decimal(m.group(1)) * _SUFFIX[m.group(2)])
+    if not 1 <= count <= MAX_PARAMETERS:
+        raise SpecError(
+            f"spec.model.parameters.parameterCount: {count:.3g} is out of range (1 to "
+            f"{MAX_PARAMETERS:.0e})"
+        )
+    return count
 
 
 def shape_from_hints(hints: dict[str, Any]) -> ModelShape:

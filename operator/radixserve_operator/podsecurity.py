@@ -67,9 +67,29 @@ class PodSecurityError(SpecError):
     reason = POD_SECURITY_VIOLATION
 
 
-def volume_type(volume: dict[str, Any]) -> str | None:
-    """The volume's source (its one key besides `name`)."""
-    return next((k for k in volume if k != "name"), None)
+def volume_sources(volume: dict[str, Any]) -> list[str]:
+    """Every key of the volume besides `name`, null ones too: a volume has exactly one source,
+    and the API server reads a null `emptyDir` beside a `hostPath` as a hostPath volume."""
+    return [k for k in volume if k != "name"]
+
+
+def _volume_shape(i: int, volume: Any) -> list[Violation]:
+    at = f"spec.volumes[{i}]"
+    if not isinstance(volume, dict):
+        return [Violation(at, "a volume is an object with a name and one source")]
+    sources = volume_sources(volume)
+    name = volume.get("name")
+    if len(sources) != 1:
+        return [
+            Violation(
+                at,
+                f"volume {name!r} must have exactly one source, got "
+                f"{', '.join(sources) or 'none'}",
+            )
+        ]
+    if volume[sources[0]] is None:
+        return [Violation(f"{at}.{sources[0]}", f"volume {name!r}: its source is null")]
+    return []
 
 
 def _containers(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -127,14 +147,15 @@ def _baseline(template: dict[str, Any]) -> list[Violation]:
                 )
             )
     for i, v in enumerate(spec.get("volumes") or ()):
-        kind = volume_type(v)
-        if kind in BASELINE_FORBIDDEN_VOLUMES:
-            out.append(
-                Violation(
-                    f"spec.volumes[{i}].{kind}",
-                    f"{kind} volumes are not allowed (volume {v.get('name')!r})",
+        out += _volume_shape(i, v)
+        for kind in volume_sources(v) if isinstance(v, dict) else ():
+            if kind in BASELINE_FORBIDDEN_VOLUMES:
+                out.append(
+                    Violation(
+                        f"spec.volumes[{i}].{kind}",
+                        f"{kind} volumes are not allowed (volume {v.get('name')!r})",
+                    )
                 )
-            )
     for key, value in ((template.get("metadata") or {}).get("annotations") or {}).items():
         if (
             key.startswith(APPARMOR_ANNOTATION)
@@ -184,15 +205,15 @@ def _restricted(template: dict[str, Any]) -> list[Violation]:
     pod_ctx = spec.get("securityContext") or {}
     out: list[Violation] = []
     for i, v in enumerate(spec.get("volumes") or ()):
-        kind = volume_type(v)
-        if kind not in RESTRICTED_VOLUMES and kind not in BASELINE_FORBIDDEN_VOLUMES:
-            out.append(
-                Violation(
-                    f"spec.volumes[{i}].{kind}",
-                    f"{kind} volumes are not allowed (volume {v.get('name')!r}); allowed: "
-                    + ", ".join(RESTRICTED_VOLUMES),
+        for kind in volume_sources(v) if isinstance(v, dict) else ():
+            if kind not in RESTRICTED_VOLUMES and kind not in BASELINE_FORBIDDEN_VOLUMES:
+                out.append(
+                    Violation(
+                        f"spec.volumes[{i}].{kind}",
+                        f"{kind} volumes are not allowed (volume {v.get('name')!r}); allowed: "
+                        + ", ".join(RESTRICTED_VOLUMES),
+                    )
                 )
-            )
     if pod_ctx.get("runAsUser") == 0:
         out.append(
             Violation("spec.securityContext.runAsUser", "running as root (UID 0) is not allowed")

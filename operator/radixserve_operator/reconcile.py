@@ -11,15 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from radixserve_operator import API_VERSION, KIND, LABEL_INSTANCE
-from radixserve_operator.builders import (
-    gpus_per_replica,
-    quantity_bytes,
-    selector_labels,
-    workload_kind_of,
-)
+from radixserve_operator import ANNOTATION_IN_PLACE, API_VERSION, KIND, LABEL_INSTANCE
+from radixserve_operator.builders import gpus_per_replica, selector_labels, workload_kind_of
 from radixserve_operator.children import OPTIONAL_KINDS, build_all
 from radixserve_operator.client import (
     APIUnavailable,
@@ -27,6 +22,7 @@ from radixserve_operator.client import (
     ClusterClient,
     StatusConflict,
 )
+from radixserve_operator.images import check_images
 from radixserve_operator.modelconfig import (
     ModelConfigNotFound,
     ModelConfigUnavailable,
@@ -34,11 +30,12 @@ from radixserve_operator.modelconfig import (
     fetch_config,
     resolve_shape,
 )
+from radixserve_operator.ownership import NAME_CONFLICT, conflicts
 from radixserve_operator.podsecurity import check_pod_template
+from radixserve_operator.quantity import quantity_bytes
 from radixserve_operator.references import check_references
 from radixserve_operator.router import ROUTER_KINDS, router_name
 from radixserve_operator.settings import OperatorSettings
-from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import ServiceSpec, SpecError, parse_spec
 from radixserve_operator.status import (
     AUTOSCALING,
@@ -47,6 +44,7 @@ from radixserve_operator.status import (
     MODEL_CONFIG_UNAVAILABLE,
     READY,
     RECONCILER_REASONS,
+    SURGE_BLOCKED,
     blocked_status,
     compute_status,
     get_condition,
@@ -55,10 +53,13 @@ from radixserve_operator.status import (
     pod_problems,
     problem_reason,
 )
+from radixserve_operator.tp_plan import SizingError, resolve_tp
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[str, "str | None"], dict[str, Any]]
 STATUS_ATTEMPTS = 5
+RETRY_DELAY_S = 60  # the handlers' kopf.TemporaryError delay
+APPLY_FAILED = "ApplyFailed"  # the API server refused a write for a reason a retry may cure
 GPU_NODES_TTL_S = 60.0  # a node list per resource event would not scale; GPUs rarely come and go
 
 
@@ -66,11 +67,23 @@ class RetryLater(RuntimeError):
     """A transient failure (hub unreachable); the handler raises kopf.TemporaryError."""
 
 
+class Refused(RuntimeError):
+    """This generation cannot be applied (an invalid spec, a name another object holds); the
+    status and a Warning event say why. The handler raises kopf.PermanentError: nothing is
+    retried until the spec changes (the resync looks again at what the cluster may change)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 _locks: dict[tuple[str, str], threading.RLock] = {}
 _locks_guard = threading.Lock()
 _gpu_nodes: dict[str, tuple[float, int | None]] = {}
 # (kind, namespace, name) -> the generation of the workload (Deployment or StatefulSet) we wrote
 _applied: dict[tuple[str, str, str], int] = {}
+# (namespace, name) -> (uid, generation) whose objects the API server has validated and stored
+_validated: dict[tuple[str, str], tuple[Any, Any]] = {}
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 SHAREABLE_MODES = ("ReadWriteMany", "ReadOnlyMany")
 
@@ -140,19 +153,25 @@ def check_policy(
 
 
 def plan(
-    body: dict[str, Any], fetch: Fetch = fetch_config, settings: OperatorSettings | None = None
+    body: dict[str, Any],
+    fetch: Fetch = fetch_config,
+    settings: OperatorSettings | None = None,
+    in_place: bool = False,
 ) -> tuple[ServiceSpec, int, list[dict[str, Any]], str | None]:
     """The parsed spec, its TP size, the owned objects to apply and why the TP size could not be
     checked against the model (None when it was). Raises SpecError (PodSecurityError and
     ReferenceNotAllowed among them), SizingError, ModelConfigNotFound (invalid spec) or
-    ModelConfigUnavailable (retry later). `settings`: the operator's (default: its environment)."""
+    ModelConfigUnavailable (retry later). `settings`: the operator's (default: its environment);
+    `in_place`: this generation rolls out in place (`replacing_in_place`)."""
     import kopf
 
     settings = settings or OperatorSettings.from_env()
     spec = parse_spec(body, settings)
+    check_images(body.get("spec") or {}, settings)
     shape, unchecked = _shape(spec, fetch)
     tp = resolve_tp(spec, shape)
-    objects = build_all(spec, tp, int(body["metadata"].get("generation") or 1), settings)
+    generation = int(body["metadata"].get("generation") or 1)
+    objects = build_all(spec, tp, generation, settings, in_place)
     check_policy(spec, objects, settings)  # before anything is applied
     kopf.adopt(objects, owner=body)
     return spec, tp, objects, unchecked
@@ -164,11 +183,11 @@ def reconcile(
     fetch: Fetch = fetch_config,
     announce: tuple[str, str] | None = None,
 ) -> int | None:
-    """Apply the Deployment and Service for `body`; returns the TP size, or None when the spec is
-    invalid (status and a Warning event say why; no retry until the spec changes). `announce`:
-    (reason, message prefix) of a Normal event to post once applied."""
+    """Apply the Deployment and Service for `body`; returns the TP size. Raises Refused when this
+    generation cannot be applied (status and a Warning event say why), RetryLater when the hub is
+    unreachable. `announce`: (reason, message prefix) of a Normal event to post once applied."""
     try:
-        spec, tp, objects, unchecked = plan(body, fetch)
+        spec, tp, objects, unchecked = plan(body, fetch, in_place=replacing_in_place(client, body))
     except ModelConfigUnavailable as e:
         message = (
             f"{e}; with spec.parallelism.tensor set (or spec.model.parameters), the model "
@@ -176,11 +195,53 @@ def reconcile(
         )
         _mark_blocked(client, body, message, MODEL_CONFIG_UNAVAILABLE)
         raise RetryLater(message) from None
-    except (SpecError, SizingError, ModelConfigNotFound, ValueError) as e:
-        _mark_blocked(client, body, str(e), getattr(e, "reason", INVALID_SPEC))
-        return None
+    except (SpecError, SizingError, ModelConfigNotFound) as e:
+        _refuse(client, body, str(e), getattr(e, "reason", INVALID_SPEC))
+    except Exception as e:
+        log.exception("%s/%s: planning failed", body["metadata"].get("namespace"),
+                      body["metadata"].get("name"))
+        _refuse(client, body, f"the operator cannot plan this spec ({type(e).__name__}: "
+                f"{str(e)[:300]})", INVALID_SPEC)
     with _lock(spec.namespace, spec.name):
-        return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+        try:
+            return _apply_plan(client, body, spec, tp, objects, unchecked, announce)
+        except (Refused, RetryLater):
+            raise
+        except Exception as e:
+            message = (f"applying failed ({type(e).__name__}: {str(e)[:300]}); retrying in "
+                       f"{RETRY_DELAY_S} s")
+            _mark_blocked(client, body, message, APPLY_FAILED)
+            raise RetryLater(message) from e
+
+
+def _falls_back(raw_spec: dict[str, Any]) -> bool:
+    return (raw_spec.get("rollout") or {}).get("whenSurgeBlocked") == "ReplaceInPlace"
+
+
+def _in_place_mark(deployment: dict[str, Any] | None) -> str | None:
+    return ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_IN_PLACE)
+
+
+def replacing_in_place(client: ClusterClient, body: dict[str, Any]) -> bool:
+    """Whether this generation rolls out in place: the spec falls back (rollout.whenSurgeBlocked:
+    ReplaceInPlace) and its surge pod found no room (the status says SurgeBlocked for this
+    generation), or the Deployment already carries that decision for it. Decided per generation,
+    so the next spec change surges first again."""
+    meta = body["metadata"]
+    if not _falls_back(body.get("spec") or {}):
+        return False
+    generation = int(meta.get("generation") or 1)
+    deployment = client.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
+    if _in_place_mark(deployment) == str(generation):
+        return True
+    live = client.get(API_VERSION, KIND, meta["namespace"], meta["name"]) or body
+    ready = get_condition(live.get("status"), READY) or {}
+    return ready.get("reason") == SURGE_BLOCKED and ready.get("observedGeneration") == generation
+
+
+def _refuse(client: ClusterClient, body: dict[str, Any], message: str, reason: str) -> NoReturn:
+    _mark_blocked(client, body, message, reason)
+    raise Refused(message, reason)
 
 
 def _apply_plan(
@@ -193,8 +254,18 @@ def _apply_plan(
     announce: tuple[str, str] | None,
 ) -> int | None:
     """The writes of one reconcile, under the resource's lock (see the module's docstring)."""
+    taken = conflicts(client, body, objects)  # before anything is written
+    if taken:
+        _refuse(
+            client,
+            body,
+            "; ".join(taken) + ": rename this InferenceService (or the other object); nothing "
+            "was applied",
+            NAME_CONFLICT,
+        )
     scaler_problem = None
     try:
+        _dry_run(client, body, objects)  # the API server's own checks, before anything is written
         for obj in objects:
             if obj["kind"] == "StatefulSet" and _claims_changed(client, obj):
                 _recreate_statefulset(client, body, obj)
@@ -208,8 +279,9 @@ def _apply_plan(
                 key = (obj["kind"], spec.namespace, obj["metadata"]["name"])  # NAME-router too
                 _applied[key] = int(out["metadata"].get("generation") or 0)
     except ApplyRejected as e:
-        _mark_blocked(client, body, str(e))
-        return None
+        _refuse(client, body, str(e), INVALID_SPEC)
+    meta = body["metadata"]
+    _validated[(spec.namespace, spec.name)] = (meta.get("uid"), meta.get("generation"))
     _delete_unwanted(client, body, objects)
     _set_autoscaling_condition(client, body, spec, scaler_problem)
     _set_cache_condition(client, body, spec)
@@ -238,6 +310,29 @@ def _apply_plan(
             client.event(body, "Warning", "DeprecatedField", _deprecation(legacy))
     refresh(client, spec.namespace, spec.name)
     return tp
+
+
+# The operator's own objects, nothing of the resource's in them; and a RoleBinding's dry run needs
+# its Role to exist already.
+NOT_DRY_RUN = ("ServiceAccount", "Role", "RoleBinding")
+
+
+def _dry_run(client: ClusterClient, body: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """Every object through the API server's validation and admission, nothing stored, once per
+    generation: a spec whose NetworkPolicy peer or pod field the API server refuses gets nothing
+    applied, rather than a Deployment and Service without the rest. Raises ApplyRejected."""
+    meta = body["metadata"]
+    if _validated.get((meta["namespace"], meta["name"])) == (meta.get("uid"), meta.get("generation")):
+        return
+    for obj in objects:
+        if obj["kind"] in NOT_DRY_RUN or (
+            obj["kind"] == "StatefulSet" and _claims_changed(client, obj)
+        ):  # a claim template change is refused in place: the StatefulSet is recreated
+            continue
+        try:
+            client.apply(obj, dry_run=True)
+        except APIUnavailable:
+            continue  # said when applying (KEDA not installed)
 
 
 def _open_service(spec: ServiceSpec) -> str:
@@ -463,6 +558,17 @@ def refresh(client: ClusterClient, namespace: str, name: str) -> dict[str, Any] 
     problem = problem_reason(new)
     if problem and problem != problem_reason(old) and problem not in RECONCILER_REASONS:
         client.event(resource, "Warning", problem, get_condition(new, READY)["message"])
+    if (
+        problem == SURGE_BLOCKED
+        and _falls_back(resource.get("spec") or {})
+        and _in_place_mark(deployment) != str(resource["metadata"].get("generation") or 1)
+    ):
+        client.event(resource, "Normal", "ReplacingInPlace", "no room for a surge pod: "
+                     "replacing pods in place (spec.rollout.whenSurgeBlocked: ReplaceInPlace)")
+        try:
+            reconcile(client, resource)  # the Deployment, now in place, frees a replica's room
+        except (RetryLater, Refused):
+            pass  # the status says why
     return new
 
 
@@ -501,7 +607,7 @@ def refresh_owner(client: ClusterClient, child: dict[str, Any], deleted: bool = 
         log.info("%s %s changed by hand: restoring it", kind, child["metadata"].get("name"))
         try:
             reconcile(client, owner)
-        except RetryLater:
+        except (RetryLater, Refused):
             pass  # the owner's status says why; its own retry will apply
         return
     refresh(client, owner["metadata"]["namespace"], owner["metadata"]["name"])

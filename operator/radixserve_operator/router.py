@@ -25,8 +25,8 @@ from radixserve_operator import (
     LABEL_RS_COMPONENT,
     SERVER_PORT,
 )
-from radixserve_operator.builders import selector_labels
-from radixserve_operator.spec import ServiceSpec
+from radixserve_operator.builders import secret_env, selector_labels
+from radixserve_operator.spec import API_KEY_ENV, ServiceSpec
 
 ROUTER_APP = f"{APP_NAME}-router"
 ROUTER_PORT = 8000
@@ -65,10 +65,6 @@ def router_labels(spec: ServiceSpec) -> dict[str, str]:
     }
 
 
-def router_endpoint(spec: ServiceSpec) -> str:
-    return f"http://{router_name(spec.name)}.{spec.namespace}.svc:{spec.service_port}/v1"
-
-
 def _meta(spec: ServiceSpec) -> dict[str, Any]:
     return {"name": router_name(spec.name), "namespace": spec.namespace, "labels": router_labels(spec)}
 
@@ -95,10 +91,7 @@ def router_args(spec: ServiceSpec) -> list[str]:
 
 
 def _container(spec: ServiceSpec) -> dict[str, Any]:
-    env = []
-    if spec.api_key_secret:
-        name, key = spec.api_key_secret
-        env.append({"name": "RADIXSERVE_API_KEY", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
+    env = [secret_env(API_KEY_ENV, spec.api_key_secret)] if spec.api_key_secret else []
     probe = {"httpGet": {"path": "/liveness", "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5}
     return {
         "name": "router",

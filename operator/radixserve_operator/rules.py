@@ -26,9 +26,12 @@ from radixserve_operator import LABEL_INSTANCE, LABEL_NAME
 SELECTOR_LABEL_KEYS = (LABEL_NAME, LABEL_INSTANCE)  # the Deployment's selector: not the user's
 
 
+ROOT = "/"  # a Rule.path for the resource itself: `self.metadata.name` and `self.spec`
+
+
 @dataclass(frozen=True)
 class Rule:
-    path: str  # the schema node under spec that holds the rule ("" is spec itself)
+    path: str  # the schema node under spec that holds the rule ("" is spec itself, ROOT the resource)
     rule: str  # CEL; `self` is the value at path
     message: str
     field_path: str | None = None  # the field under path that the API server's error names
@@ -36,6 +39,8 @@ class Rule:
     @property
     def field(self) -> str:
         """The field an error names, as the API server names it: spec.model.cache, spec.gpu."""
+        if self.path == ROOT:
+            return ""  # its messages name metadata.name: the API server reports no field for it
         parts = ("spec", self.path, (self.field_path or "").lstrip("."))
         return ".".join(p for p in parts if p)
 
@@ -53,8 +58,15 @@ def _is_zero(field: str) -> str:  # an int-or-string count or percentage that is
 
 PER_REPLICA_ROLLOUT = (
     "model.cache type pvcPerReplica runs a StatefulSet, which replaces each pod in place with its "
-    "own volume: rollout.strategy must be RollingUpdate with maxSurge 0"
+    "own volume: rollout.strategy must be RollingUpdate with maxSurge 0 (its default there) and "
+    "maxUnavailable above 0"
 )
+# The names the operator derives from metadata.name: the Service NAME (a DNS-1035 label), the
+# router's NAME-router, and a StatefulSet's pods' label controller-revision-hash=NAME-<hash of
+# up to 10 characters>; label values are at most 63 characters.
+NAME_MAX = 63
+ROUTER_SUFFIX = "-router"
+STATEFULSET_NAME_MAX = NAME_MAX - 11
 _RESOURCES = "self.template.spec.container.resources"
 
 RULES: tuple[Rule, ...] = (
@@ -97,7 +109,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "rollout",
-        "self.strategy != 'RollingUpdate' || "
+        "self.strategy != 'RollingUpdate' || !has(self.maxSurge) || !has(self.maxUnavailable) || "
         f"!({_is_zero('self.maxSurge')} && {_is_zero('self.maxUnavailable')})",
         "maxSurge and maxUnavailable cannot both be zero",
     ),
@@ -143,7 +155,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "!has(self.model.cache) || self.model.cache.type != 'pvcPerReplica' || "
-        f"(self.rollout.strategy == 'RollingUpdate' && {_is_zero('self.rollout.maxSurge')})",
+        "(self.rollout.strategy == 'RollingUpdate' && "
+        f"(!has(self.rollout.maxSurge) || {_is_zero('self.rollout.maxSurge')}) && "
+        f"(!has(self.rollout.maxUnavailable) || !({_is_zero('self.rollout.maxUnavailable')})))",
         PER_REPLICA_ROLLOUT,
         ".rollout",
     ),
@@ -156,6 +170,27 @@ RULES: tuple[Rule, ...] = (
         "the GPU count is the operator's (parallelism.tensor): remove gpu.resourceName from "
         "template.spec.container.resources",
         ".template",
+    ),
+    Rule(
+        ROOT,
+        f"size(self.metadata.name) <= {NAME_MAX} && "
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label, as the Service it names: lower-case letters, "
+        f"digits and '-', starting with a letter, at most {NAME_MAX} characters",
+    ),
+    Rule(
+        ROOT,
+        f"!self.spec.router.enabled || size(self.metadata.name) <= {NAME_MAX - len(ROUTER_SUFFIX)}",
+        f"metadata.name is at most {NAME_MAX - len(ROUTER_SUFFIX)} characters with router.enabled: "
+        f"the router's Service is NAME{ROUTER_SUFFIX}",
+    ),
+    Rule(
+        ROOT,
+        "!has(self.spec.model.cache) || self.spec.model.cache.type != 'pvcPerReplica' || "
+        f"size(self.metadata.name) <= {STATEFULSET_NAME_MAX}",
+        f"metadata.name is at most {STATEFULSET_NAME_MAX} characters with model.cache type "
+        "pvcPerReplica: the StatefulSet labels its pods NAME-<revision hash> (a label value: at "
+        "most 63)",
     ),
 )
 
@@ -201,12 +236,21 @@ def _at(spec: dict[str, Any], schema: dict[str, Any], path: str) -> tuple[Any, d
     return value, schema
 
 
-def violations(spec: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+def violations(
+    spec: dict[str, Any], schema: dict[str, Any], name: str | None = None
+) -> list[str]:
     """What each rule that `spec` (defaulted, under the CRD's `schema` of spec) breaks says, after
-    the field it names; empty when it breaks none."""
+    the field it names; empty when it breaks none. The rules on the resource itself (ROOT) run
+    when its `name` is given."""
     out = []
     for r in RULES:
-        value, node = _at(spec, schema, r.path)
+        if r.path == ROOT:
+            if name is None:
+                continue
+            value: Any = {"metadata": {"name": name}, "spec": spec}
+            node: dict[str, Any] = {"properties": {"spec": schema}}
+        else:
+            value, node = _at(spec, schema, r.path)
         if value is None:
             continue
         try:
@@ -216,5 +260,5 @@ def violations(spec: dict[str, Any], schema: dict[str, Any]) -> list[str]:
             continue
         if not ok:
             got = f", got {value!r}" if isinstance(value, (str, int, float)) else ""
-            out.append(f"{r.field}: {r.message}{got}")
+            out.append(f"{r.field}: {r.message}{got}" if r.field else r.message)
     return out

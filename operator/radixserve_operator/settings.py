@@ -16,6 +16,7 @@ DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 ENV_POD_SECURITY_LEVEL = "RADIXSERVE_POD_SECURITY_LEVEL"
 ENV_ALLOWED_SERVICE_ACCOUNTS = "RADIXSERVE_ALLOWED_SERVICE_ACCOUNTS"
 ENV_ALLOWED_SECRETS = "RADIXSERVE_ALLOWED_SECRETS"
+ENV_ALLOWED_REGISTRIES = "RADIXSERVE_ALLOWED_REGISTRIES"
 ENV_NETWORK_POLICY = "RADIXSERVE_NETWORK_POLICY"
 ENV_MONITORING_NAMESPACE = "RADIXSERVE_MONITORING_NAMESPACE"
 POD_SECURITY_LEVELS = ("baseline", "restricted")  # the Pod Security Standards a pod may be held to
@@ -47,6 +48,9 @@ class OperatorSettings:
     # What a resource may name beyond its own dedicated fields (references.py); "*": any.
     allowed_service_accounts: tuple[str, ...] = ()
     allowed_secrets: tuple[str, ...] = ()
+    # Image prefixes (registry/org/) a resource's spec.image and router.image must start with;
+    # empty: any image (images.py).
+    allowed_registries: tuple[str, ...] = ()
     network_policy: bool = True  # a NetworkPolicy per InferenceService (network.py)
     monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE  # "" : no ingress for scrapers
 
@@ -67,6 +71,7 @@ class OperatorSettings:
             pod_security_level=(env.get(ENV_POD_SECURITY_LEVEL) or "baseline").strip(),
             allowed_service_accounts=_names(env.get(ENV_ALLOWED_SERVICE_ACCOUNTS)),
             allowed_secrets=_names(env.get(ENV_ALLOWED_SECRETS)),
+            allowed_registries=_names(env.get(ENV_ALLOWED_REGISTRIES)),
             network_policy=_flag(env.get(ENV_NETWORK_POLICY), True),
             monitoring_namespace=env.get(ENV_MONITORING_NAMESPACE, DEFAULT_MONITORING_NAMESPACE).strip(),
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 from radixserve_operator.crd import PAGE_SIZES, ROUTER_POLICIES, TP_SIZES, spec_schema
 from radixserve_operator.rules import violations
+from radixserve_operator.schema_check import schema_problems
 from radixserve_operator.settings import OperatorSettings
 
 DEFAULT_MODEL = "default"
@@ -22,6 +23,12 @@ _PVC_SOURCE = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)/(.+)$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 # --api-key and every prefix argparse would expand to it (--api, --api-k...), with or without =.
 API_KEY_FLAG = re.compile(r"^--a(p(i(-(k(ey?)?)?)?)?)?(=.*)?$")
+API_KEY_ENV = "RADIXSERVE_API_KEY"
+# Flags the operator writes itself: a second one in extraArgs (argparse takes the last, and
+# expands a prefix) would move the port the probes and Service use, the GPUs the pod was given,
+# or the model that was downloaded; help and version make the server exit at once.
+OWNED_FLAGS = ("--model", "--tp", "--tp-size", "--host", "--port", "--device", "--help",
+               "--version")  # fmt: skip
 EXPOSED_SERVICE_TYPES = ("NodePort", "LoadBalancer")
 
 
@@ -153,6 +160,29 @@ class RolloutSpec:
     strategy: str
     max_surge: int | str
     max_unavailable: int | str
+    when_surge_blocked: str = "Wait"  # or ReplaceInPlace
+
+    @property
+    def surges(self) -> bool:
+        return self.strategy == "RollingUpdate" and not _is_zero(self.max_surge)
+
+
+def _is_zero(count: int | str) -> bool:
+    return str(count) in ("0", "0%")
+
+
+def effective_rollout(raw: dict[str, Any], per_replica: bool) -> RolloutSpec:
+    """spec.rollout with the operator's defaults: surge first (maxSurge 1, maxUnavailable 0), so
+    the last ready replica stays until its replacement is ready; maxSurge 0 alone means in place
+    (maxUnavailable 1). A StatefulSet cannot surge: in place, maxUnavailable 1 unless given."""
+    surge, unavailable = raw.get("maxSurge"), raw.get("maxUnavailable")
+    fallback = raw.get("whenSurgeBlocked") or "Wait"
+    if per_replica:
+        return RolloutSpec(raw["strategy"], 0, 1 if unavailable is None else unavailable, fallback)
+    surge = 1 if surge is None else surge
+    if unavailable is None:
+        unavailable = 1 if _is_zero(surge) else 0
+    return RolloutSpec(raw["strategy"], surge, unavailable, fallback)
 
 
 @dataclass(frozen=True)
@@ -249,10 +279,15 @@ class ServiceSpec:
         return max(self.replicas, top)
 
 
-def _check(raw: dict[str, Any], schema: dict[str, Any]) -> None:
-    """The CRD's CEL rules, the OpenAPI checks the operator relies on (an older CRD may lack
-    them), and what no schema says. `raw`: the defaulted spec; `schema`: the CRD's for spec."""
-    failed = violations(raw, schema)
+def _check(raw: dict[str, Any], schema: dict[str, Any], name: str) -> None:
+    """The CRD's CEL rules, its OpenAPI checks (an older CRD may lack them), and what no schema
+    says. `raw`: the defaulted spec; `schema`: the CRD's for spec; `name`: metadata.name. The
+    OpenAPI part first, as the API server judges: a rule never sees a value of the wrong type or
+    beyond its bounds."""
+    problems = schema_problems(raw, schema)
+    if problems:
+        raise SpecError("; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
+    failed = violations(raw, schema, name)
     if failed:
         raise SpecError("; ".join(failed))
     source, tensor = raw["model"]["source"], raw["parallelism"]["tensor"]
@@ -281,6 +316,18 @@ def _check(raw: dict[str, Any], schema: dict[str, Any]) -> None:
         raise SpecError(f"spec.runtime.memoryRatio must be in (0, 1], got {rt['memoryRatio']}")
     if rt.get("pageSize") is not None and rt["pageSize"] not in PAGE_SIZES:
         raise SpecError(f"spec.runtime.pageSize must be a power of two, got {rt['pageSize']}")
+    _check_owned_flags(rt.get("extraArgs") or ())
+
+
+def _check_owned_flags(args: Any) -> None:
+    for i, arg in enumerate(args):
+        flag = str(arg).split("=", 1)[0]
+        owned = [f for f in OWNED_FLAGS if len(flag) > 2 and f.startswith(flag)]
+        if owned or flag == "-h":
+            raise SpecError(
+                f"spec.runtime.extraArgs[{i}]: {flag[:64]} is the operator's ({owned[0] if owned else '-h'}): "
+                "set the model, TP size and service port through their spec fields"
+            )
 
 
 def _cache(model: dict[str, Any], legacy: dict[str, Any] | None) -> CacheSpec:
@@ -323,11 +370,19 @@ def _check_key_in_clear(raw: dict[str, Any]) -> None:
     lists = (("spec.env", raw.get("env")), template_env)
     for where, env in lists:
         for i, e in enumerate(env or ()):
-            if e.get("name") == "RADIXSERVE_API_KEY" and "value" in e:
+            if not isinstance(e, dict) or e.get("name") != API_KEY_ENV:
+                continue
+            if "value" in e:
                 raise SpecError(
-                    f"{where}[{i}]: RADIXSERVE_API_KEY as a literal value is the API key in clear: "
+                    f"{where}[{i}]: {API_KEY_ENV} as a literal value is the API key in clear: "
                     "put it in a Secret and name it in spec.apiKeySecretRef"
                 )
+            # NOTE: any other source (a fieldRef to a missing annotation, an optional ConfigMap)
+            # would replace the Secret's key with an empty one, which the server takes for none.
+            raise SpecError(
+                f"{where}[{i}]: {API_KEY_ENV} is set by the operator from spec.apiKeySecretRef "
+                "only: remove this entry and name the Secret there"
+            )
 
 
 def _check_exposure(raw: dict[str, Any]) -> None:
@@ -388,10 +443,11 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
     settings = settings or OperatorSettings.from_env()
     schema = spec_schema()
     raw = apply_defaults(schema, copy.deepcopy(dict(body.get("spec") or {})))
-    _check(raw, schema)
     meta = body["metadata"]
+    _check(raw, schema, str(meta["name"]))
     model, gpu, probes = raw["model"], raw["gpu"], raw["probes"]
     key_ref, hf_token = raw.get("apiKeySecretRef"), model.get("hfTokenSecret")
+    cache = _cache(model, raw.get("modelCache"))
     pod_meta = (raw.get("template") or {}).get("metadata") or {}
     return ServiceSpec(
         name=meta["name"],
@@ -413,11 +469,9 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
         node_selector=raw.get("nodeSelector") or {},
         tolerations=tuple(raw.get("tolerations") or ()),
         affinity=raw.get("affinity"),
-        cache=_cache(model, raw.get("modelCache")),
+        cache=cache,
         shm_size=raw["shmSize"],
-        rollout=RolloutSpec(
-            raw["rollout"]["strategy"], raw["rollout"]["maxSurge"], raw["rollout"]["maxUnavailable"]
-        ),
+        rollout=effective_rollout(raw["rollout"], cache.per_replica),
         startup=startup_timing(probes["startup"], int(raw["runtime"]["startupTimeoutSeconds"])),
         readiness=ProbeTiming.parse(probes["readiness"]),
         liveness=ProbeTiming.parse(probes["liveness"]),

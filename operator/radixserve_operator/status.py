@@ -7,7 +7,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from radixserve_operator import ANNOTATION_GENERATION, ANNOTATION_GPUS, ANNOTATION_TP
+from radixserve_operator import (
+    ANNOTATION_GENERATION,
+    ANNOTATION_GPUS,
+    ANNOTATION_IN_PLACE,
+    ANNOTATION_TP,
+)
 from radixserve_operator.builders import selector_string
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
@@ -18,6 +23,8 @@ INVALID_SPEC = "InvalidSpec"
 MODEL_CONFIG_UNAVAILABLE = "ModelConfigUnavailable"
 POD_SECURITY_VIOLATION = "PodSecurityViolation"  # podsecurity.PodSecurityError
 REFERENCE_NOT_ALLOWED = "ReferenceNotAllowed"  # references.ReferenceNotAllowed
+IMAGE_NOT_ALLOWED = "ImageNotAllowed"  # images.ImageNotAllowed
+NAME_CONFLICT = "NameConflict"  # ownership: another object holds a name this one derives
 # Verdicts the reconciler writes (not computed from the children): they stand for their
 # generation until a Deployment carrying that generation exists.
 RECONCILER_REASONS = (
@@ -25,7 +32,10 @@ RECONCILER_REASONS = (
     MODEL_CONFIG_UNAVAILABLE,
     POD_SECURITY_VIOLATION,
     REFERENCE_NOT_ALLOWED,
+    IMAGE_NOT_ALLOWED,
+    NAME_CONFLICT,
 )
+SURGE_BLOCKED = "SurgeBlocked"
 INSUFFICIENT_GPU = "InsufficientGPU"
 # Container states (waiting reasons) that no amount of waiting fixes without a change.
 BAD_CONTAINER_STATES = (
@@ -139,6 +149,23 @@ def _deployment_condition(dep: dict[str, Any], type_: str) -> dict[str, Any] | N
     return get_condition(dep.get("status"), type_)
 
 
+def _surging(workload: dict[str, Any], want: int, total: int) -> bool:
+    """A rollout that adds pods before it removes old ones is under way (a Deployment whose
+    strategy surges, holding more pods than it wants)."""
+    rolling = ((workload.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+    return str(rolling.get("maxSurge", 0)) not in ("0", "0%") and total > want
+
+
+def _surge_blocked(ready: int, scheduler: str) -> str:
+    return (
+        f"the rollout waits: a surge pod of the new spec cannot be scheduled ({scheduler}); "
+        f"{ready} ready replica(s) of the previous spec keep serving until it can. To replace "
+        "pods in place instead (the service is down while a one-replica pod restarts), set "
+        "spec.rollout.whenSurgeBlocked: ReplaceInPlace, or spec.rollout.maxSurge: 0 and "
+        "maxUnavailable: 1"
+    )
+
+
 def verdict(
     spec: dict[str, Any],
     deployment: dict[str, Any],
@@ -165,6 +192,13 @@ def verdict(
             f"; scheduler: {unschedulable[0]}" if unschedulable else ""
         )
         return Verdict(False, False, True, INSUFFICIENT_GPU, msg)
+    notes = deployment["metadata"].get("annotations") or {}
+    falling_back = notes.get(ANNOTATION_IN_PLACE) == notes.get(ANNOTATION_GENERATION)
+    if unschedulable and falling_back and (ready or terminating):
+        return Verdict(False, True, False, "RollingOut", progress + "; no room for a surge pod: "
+                       "replacing pods in place (spec.rollout.whenSurgeBlocked: ReplaceInPlace)")
+    if unschedulable and ready and _surging(deployment, want, total):
+        return Verdict(False, False, True, SURGE_BLOCKED, _surge_blocked(ready, unschedulable[0]))
     if unschedulable and not terminating:
         if gpu_enabled and gpu in unschedulable[0]:
             return Verdict(False, False, True, INSUFFICIENT_GPU, unschedulable[0])

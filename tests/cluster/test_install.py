@@ -52,7 +52,7 @@ def _refusal_cases() -> list[tuple[str, dict, str]]:
     cases = [(d["metadata"]["name"], d, "") for d in _docs(INVALID / "schema.yaml")]
     cases += [
         (d["metadata"]["name"], d, d["metadata"]["annotations"]["rule"])
-        for d in _docs(INVALID / "cel.yaml")
+        for d in _docs(INVALID / "cel.yaml") + _docs(INVALID / "names.yaml")
     ]
     env = [{"name": "MY_FLAG", "value": "1"}, {"name": "MY_FLAG", "value": "2"}]
     cases.append(("env-repeated", rsvc("env-repeated", {"env": env}), "Duplicate value"))
@@ -64,7 +64,7 @@ def test_bad_specs_are_refused_at_admission(stack: Stack, namespace: str, name, 
     doc = {**doc, "metadata": {"name": name}}  # the annotation only names the rule for the tests
     accepted, output = try_apply(stack, namespace, doc)
     assert not accepted, f"the API server accepted {name}: {output}"
-    assert "spec." in output, output  # names the offending field
+    assert "spec." in output or "metadata.name" in output, output  # names the offending field
     assert stack.kubectl.get("rsvc", name, namespace) is None
     if says:  # a CEL rule (or the env map): its message, and the operator agrees
         assert says in output, output

@@ -29,6 +29,7 @@ from tests.e2e.kind_cluster import Kubectl, wait_for
 pytestmark = pytest.mark.cluster
 POLICY = "radixserve-inferenceservices"  # manifests/operator.yaml
 HOST = {"name": "host", "hostPath": {"path": "/"}}
+HOST_PATH = {"hostPath": {"path": "/"}}
 APPARMOR = "container.apparmor.security.beta.kubernetes.io/server"
 
 
@@ -56,8 +57,18 @@ def _refused(stack: Stack, namespace: str, obj: dict) -> str:
         (cpu_spec(runtime={"extraArgs": ["--api-key=s3cret"]}), "--api-key"),
         (cpu_spec(env=[{"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db", "key": "k"}}}]),
          "DB reads a Secret"),
+        (cpu_spec(template={"spec": {"volumes": [{"name": "h", "emptyDir": None, **HOST_PATH}]}}),
+         "volume h"),
+        (cpu_spec(template={"spec": {"volumes": [{"name": "t", "emptyDir": {},
+                                                   "configMap": {"name": "c"}}]}}),
+         "volume t must have exactly one source"),
+        (cpu_spec(service={"type": "LoadBalancer"}, apiKeySecretRef={"name": "k"},
+                  env=[{"name": "RADIXSERVE_API_KEY",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['none']"}}}]),
+         "RADIXSERVE_API_KEY is set by the operator"),
     ],
-    ids=["hostPath", "open-load-balancer", "api-key-flag", "secret-outside-allow-list"],
+    ids=["hostPath", "open-load-balancer", "api-key-flag", "secret-outside-allow-list",
+         "null-source-beside-hostPath", "two-sources", "api-key-env"],
 )  # fmt: skip
 def test_admission_policy_refuses(stack: Stack, namespace: str, spec: dict, fragment: str) -> None:
     out = _refused(stack, namespace, rsvc("refused", spec))

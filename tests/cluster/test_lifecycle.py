@@ -1,5 +1,5 @@
 """An InferenceService's life as a user lives it, on a real control plane: apply the sample, wait
-for Ready, scale (by hand and through an HPA), roll out a spec change without a surge pod, lose
+for Ready, scale (by hand and through an HPA), roll out a spec change in place (opted in), lose
 and regain children, delete. Tests run in order; the sample lives through the module."""
 
 from __future__ import annotations
@@ -108,9 +108,12 @@ def test_kubectl_scale_and_an_hpa_drive_the_replicas(stack: Stack, namespace: st
     stack.kubectl("delete", "hpa", NAME, "-n", namespace)
 
 
-def test_spec_change_rolls_out_without_a_surge_pod(stack: Stack, namespace: str) -> None:
+def test_spec_change_rolls_out_in_place_when_the_spec_opts_in(stack: Stack, namespace: str) -> None:
+    """rollout.maxSurge 0: no surge pod, no GPU beyond the replicas' (the default surges:
+    test_rollout.py)."""
     name, replicas = "roll", 3
-    spec = gpu_spec(2, replicas, template={"metadata": {"annotations": ready_after(1500)}})
+    spec = gpu_spec(2, replicas, template={"metadata": {"annotations": ready_after(1500)}},
+                    rollout={"maxSurge": 0})
     apply(stack, namespace, rsvc(name, spec))
     wait_ready(stack, namespace, name, replicas)
     stack.kubectl("patch", "rsvc", name, "-n", namespace, "--type=merge",

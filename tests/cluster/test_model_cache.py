@@ -7,6 +7,8 @@ the cache's CEL rules judged by the API server."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cluster.scenario import (
@@ -62,17 +64,21 @@ def test_hub_model_init_container_token_and_shared_rwo_claim(stack: Stack, names
 
     c = wait_for("the CacheSharedReadWriteOnce condition", flagged, 60, 0.5)
     assert c["reason"] == "ReadWriteOnceClaimShared" and "ReadWriteMany" in c["message"], c
-    events = stack.kubectl(
-        "get", "events", "-n", namespace, "--field-selector",
-        f"involvedObject.name={name},reason=ReadWriteOnceClaimShared", "-o", "jsonpath={.items[*].message}",
-    )  # fmt: skip
-    assert "hf-cache" in events
+    def event() -> str | None:  # posted right after the condition: wait for it, not race it
+        said = stack.kubectl(
+            "get", "events", "-n", namespace, "--field-selector",
+            f"involvedObject.name={name},reason=ReadWriteOnceClaimShared",
+            "-o", "jsonpath={.items[*].message}",
+        )  # fmt: skip
+        return said or None
+
+    assert "hf-cache" in wait_for("the ReadWriteOnceClaimShared event", event, 30, 0.5)
 
     pod = get(stack, namespace, "deployment", name)["spec"]["template"]["spec"]
     (init,), (server,) = pod["initContainers"], pod["containers"]
     assert init["name"] == "model-download" and init["image"] == server["image"]
     assert init["args"] == ["download", "Qwen/Qwen3-0.6B"]
-    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": False}}
     assert _env(init)["HF_TOKEN"] == token and "HF_TOKEN" not in _env(server)  # server: offline
     assert _env(server)["HF_HUB_OFFLINE"] == "1" and "HF_HUB_OFFLINE" not in _env(init)
     probe = server["startupProbe"]
@@ -83,8 +89,10 @@ def test_hub_model_init_container_token_and_shared_rwo_claim(stack: Stack, names
     assert vols["model-cache"]["persistentVolumeClaim"] == {"claimName": "hf-cache"}
     assert "nvidia.com/gpu" not in str(init.get("resources"))
 
-    # one replica: nothing to share any more
-    stack.kubectl("scale", "rsvc", name, "-n", namespace, "--replicas", "1")
+    # one replica replaced in place: nothing to share any more (the default rollout's surge pod
+    # would share it)
+    stack.kubectl("patch", "rsvc", name, "-n", namespace, "--type=merge", "-p",
+                  json.dumps({"spec": {"replicas": 1, "rollout": {"maxSurge": 0}}}))
     wait_for(
         "the condition to clear",
         lambda: (

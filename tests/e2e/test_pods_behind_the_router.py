@@ -36,7 +36,7 @@ def _spec() -> dict:
     spec = sample["spec"]
     spec["replicas"] = 2
     spec["resources"]["requests"] = {"cpu": "250m", "memory": "1Gi"}
-    spec["rollout"] = {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}
+    # no spec.rollout: the default surges first, so no replica is missing while one rolls
     spec["router"] = {"enabled": True, "policy": "cache_aware",
                       "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                                     "limits": {"memory": "1Gi"}}}

@@ -222,12 +222,14 @@ def _assert_none_failed(tally: dict) -> None:
 def test_spec_change_rolls_out_under_load_without_a_failed_request(stack: Stack) -> None:
     before = _rsvc(stack)["metadata"]["generation"]
     # An argument change (maxRunningRequests 16 -> 8); smaller requests also let the next test's
-    # second replica fit on a laptop-sized node. A surge pod keeps one replica serving throughout.
+    # second replica fit on a laptop-sized node. The default rollout (no spec.rollout: surge
+    # first) keeps one replica serving throughout.
+    deployment = stack.kubectl.json("get", "deployment", NAME, "-n", stack.serving_ns)
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     patch = {
         "spec": {
             "runtime": {"maxRunningRequests": 8},
             "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}},
-            "rollout": {"strategy": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0},
         }
     }
     client = _client(stack)

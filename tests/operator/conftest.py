@@ -132,13 +132,20 @@ class FakeCluster:
         self.orphaned: list[tuple[str, str, str]] = []  # deleted leaving their dependents
         # API versions the cluster does not serve (a CRD not installed): apply raises
         self.missing_apis: set[str] = {"keda.sh/v1alpha1"}
+        self.refused_kinds: set[str] = set()  # kinds the API server refuses as invalid
+        self.dry_runs: list[dict[str, Any]] = []
 
     # -- ClusterClient
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        from radixserve_operator.client import APIUnavailable
+    def apply(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        from radixserve_operator.client import APIUnavailable, ApplyRejected
 
         if obj["apiVersion"] in self.missing_apis:
             raise APIUnavailable(f"{obj['apiVersion']} {obj['kind']} is not served by this cluster")
+        if obj["kind"] in self.refused_kinds:
+            raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']} rejected: invalid")
+        if dry_run:
+            self.dry_runs.append(copy.deepcopy(obj))
+            return copy.deepcopy(obj)
         self.applied.append(copy.deepcopy(obj))
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         new, old = copy.deepcopy(obj), self.objects.get(key)
@@ -243,6 +250,7 @@ def cluster() -> FakeCluster:
 
     reconcile._gpu_nodes.clear()  # the operator's process-wide memories start empty per test
     reconcile._applied.clear()
+    reconcile._validated.clear()
     return FakeCluster()
 
 

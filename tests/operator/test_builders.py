@@ -201,7 +201,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str], int | None]] = {
 }
 
 
-# auto TP for the 0.6B/14B/32B/70B-sized configs on 80 GB and 141 GB GPUs (arithmetic in test_sizing.py)
+# auto TP for the 0.6B/14B/32B/70B-sized configs on 80 GB and 141 GB GPUs (arithmetic in test_tp_plan.py)
 for _repo, _tp80, _tp141 in [
     ("Qwen/Qwen3-0.6B", 1, 1),
     ("Qwen/Qwen3-14B", 1, 1),
@@ -328,9 +328,10 @@ def test_default_probes_volumes_and_rollout(make_body, fetch) -> None:
     assert env["RADIXSERVE_CACHE_DIR"] == "/models-cache"
     assert env["HF_HOME"].startswith("/models-cache/")
     assert pod["terminationGracePeriodSeconds"] > 30  # longer than the server's 30 s drain
+    # surge first: the last ready replica stays until its replacement is ready
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     assert deployment["spec"]["progressDeadlineSeconds"] > 180 * 10  # beyond the startup window
     assert c["image"] == "ghcr.io/radixserve/radixserve:0.1.0"
@@ -387,7 +388,7 @@ def test_api_key_revision_env_and_user_gpu_limit_overridden(make_body, fetch) ->
     c, pod = _container(deployment), deployment["spec"]["template"]["spec"]
     env = {e["name"]: e for e in c["env"]}
     assert env["RADIXSERVE_API_KEY"]["valueFrom"] == {
-        "secretKeyRef": {"name": "llm-key", "key": "api-key"}
+        "secretKeyRef": {"name": "llm-key", "key": "api-key", "optional": False}
     }
     assert env["RADIXSERVE_MODEL_REVISION"]["value"] == "v1.1"
     assert env["NCCL_DEBUG"]["value"] == "INFO"

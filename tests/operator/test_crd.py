@@ -164,11 +164,12 @@ def test_schema_refuses_invalid_samples(doc: dict[str, Any], validator) -> None:
 # --- CEL: the rules of the CRD file (what the API server gets), evaluated by cel-python here,
 # against the operator's parser, which evaluates rules.py's table.
 def _file_rules() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(path under spec, the node's schema, the validation) of every rule in the CRD file."""
-    spec = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
-    return [
+    """(path under spec, the node's schema, the validation) of every rule in the CRD file; the
+    rules on the resource itself (which may read metadata.name) at path ROOT."""
+    root = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return [(rules.ROOT, root, v) for v in root.get("x-kubernetes-validations", ())] + [
         (path, node, v)
-        for path, node in _walk(spec["openAPIV3Schema"]["properties"]["spec"])
+        for path, node in _walk(root["properties"]["spec"])
         for v in node.get("x-kubernetes-validations", ())
     ]
 
@@ -204,12 +205,18 @@ def cel_refusals(doc: dict[str, Any]) -> list[str]:
     env = celpy.Environment()
     out = []
     for path, node, v in _file_rules():
-        value = _at(spec, path)
+        if path == rules.ROOT:  # the API server shows the resource only its name of the metadata
+            value = {"metadata": {"name": doc["metadata"]["name"]}, "spec": spec}
+        else:
+            value = _at(spec, path)
         if value is None:
             continue
         self_ = celpy.json_to_cel(_as_api_server_types(node, value))
         if not env.program(env.compile(v["rule"])).evaluate({"self": self_}):
-            out.append(f"spec{path}{v.get('fieldPath', '')}: {v['message']}")
+            if path == rules.ROOT:  # the message names metadata.name itself
+                out.append(v["message"])
+            else:
+                out.append(f"spec{path}{v.get('fieldPath', '')}: {v['message']}")
     return out
 
 
@@ -221,14 +228,14 @@ def operator_refusal(doc: dict[str, Any]) -> str | None:
     return None
 
 
-CEL_INVALID = _docs(HERE / "invalid/cel.yaml")
+CEL_INVALID = _docs(HERE / "invalid/cel.yaml") + _docs(HERE / "invalid/names.yaml")
 
 
 def test_crd_file_carries_the_rules_table_each_at_its_path() -> None:
-    in_file = [(path.lstrip("."), v) for path, _, v in _file_rules()]
+    in_file = [(path if path == rules.ROOT else path.lstrip("."), v) for path, _, v in _file_rules()]
     in_table = [(r.path, r.validation()) for r in RULES]
     assert sorted(in_file, key=repr) == sorted(in_table, key=repr)
-    assert len(RULES) == 17 and len({r.rule for r in RULES}) == len(RULES)
+    assert len(RULES) == 20 and len({r.rule for r in RULES}) == len(RULES)
 
 
 def test_every_rule_has_a_sample_that_breaks_it() -> None:
@@ -240,7 +247,9 @@ def test_every_rule_has_a_sample_that_breaks_it() -> None:
 def test_each_rule_refuses_its_sample_in_the_crd_and_in_the_operator(doc, validator) -> None:
     validator.validate(doc)  # the OpenAPI part alone would accept it
     refused = cel_refusals(doc)
-    assert [r.split(": ", 1)[1] for r in refused] == [doc["metadata"]["annotations"]["rule"]]
+    assert [r.split(": ", 1)[1] if r.startswith("spec") else r for r in refused] == [
+        doc["metadata"]["annotations"]["rule"]
+    ]
     said = operator_refusal(doc)
     assert said is not None, "the operator accepted what the CRD refuses"
     assert said.startswith(refused[0]), said  # the same field and message
@@ -292,13 +301,11 @@ def test_a_value_under_a_rule_is_named_in_the_operators_message(make_body) -> No
     assert said == "spec.model.source: a pvc source is pvc://CLAIM/path, got 'pvc://Bad_Claim'"
 
 
-def test_a_rule_that_cannot_judge_a_value_refuses_it(make_body) -> None:
-    """A value of the wrong type (from an older CRD or no API server) fails the rule, as the API
-    server fails a rule whose evaluation errs."""
+def test_a_value_of_the_wrong_type_is_refused_before_any_rule_runs(make_body) -> None:
+    """A value of the wrong type (from an older CRD or no API server) is refused by the schema's
+    type, as the API server's OpenAPI validation refuses it before its CEL rules run."""
     said = operator_refusal(make_body({"autoscaling": {"minReplicas": "two", "maxReplicas": 2}}))
-    assert said is not None and said.startswith(
-        "spec.autoscaling: minReplicas must not exceed maxReplicas (the rule could not be evaluated"
-    ), said
+    assert said == "spec.autoscaling.minReplicas: must be of type integer"
 
 
 def test_docs_describe_every_spec_field() -> None:
@@ -317,3 +324,24 @@ def test_docs_describe_every_spec_field() -> None:
         assert f"`{sub}`" in doc, f"model.cache.{sub}"
     for kind in cache["type"]["enum"]:
         assert f"`{kind}`" in doc, kind
+
+
+def test_the_worked_example_is_the_gpu_sample() -> None:
+    """docs/operator.md's worked example shows manifests/samples/inferenceservice.yaml as it is."""
+    doc = (ROOT / "docs/operator.md").read_text()
+    head = "# manifests/samples/inferenceservice.yaml\n"
+    shown = doc[doc.index(head) :].split("```", 1)[0]
+    sample = ROOT / "manifests/samples/inferenceservice.yaml"
+    assert yaml.safe_load(shown) == yaml.safe_load(sample.read_text())
+
+
+def test_every_bound_survives_the_api_servers_float64() -> None:
+    """The API server keeps minimum/maximum as float64 and writes back the shortest decimal: a
+    bound it would rewrite (2**60 comes back as 1152921504606847000) makes the stored CRD differ
+    from the chart's, which Helm's server-side apply then reports as a conflict."""
+    from decimal import Decimal
+
+    for path, node in _walk(openapi_schema()):
+        for key in ("minimum", "maximum"):
+            if key in node:
+                assert Decimal(repr(float(node[key]))) == node[key], (path, key, node[key])

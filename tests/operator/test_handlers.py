@@ -185,9 +185,8 @@ def test_invalid_tp_is_reported_once_and_not_retried(cluster, memo, make_body) -
         s["model"]["parameters"] = twelve_heads
 
     cluster.edit_spec(tp8_on_12_heads)
-    handlers.on_update(
-        body=cluster.resource(), memo=memo, logger=None, diff=[]
-    )  # returns: no retry
+    with pytest.raises(kopf.PermanentError, match="TP 8 does not divide"):  # kopf: no retry
+        handlers.on_update(body=cluster.resource(), memo=memo, logger=None, diff=[])
     r = cluster.resource()
     assert state(r) == ("False", "False", "True", "InvalidSpec")
     assert "TP 8 does not divide the model's 12 attention heads" in cond(r, "Ready")["message"]
@@ -201,7 +200,8 @@ def test_invalid_tp_is_reported_once_and_not_retried(cluster, memo, make_body) -
     )
 
     # An operator restart, and the old pods' events, neither repeat the warning nor hide it.
-    handlers.on_resume(body=cluster.resource(), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_resume(body=cluster.resource(), memo=memo, logger=None)
     deployment_event(cluster, memo)
     pod_event(cluster, memo, pod("llm-1"))
     assert cluster.reasons().count("InvalidSpec") == 1
@@ -214,9 +214,10 @@ def test_invalid_tp_is_reported_once_and_not_retried(cluster, memo, make_body) -
 
 
 def test_invalid_spec_on_create_builds_nothing(cluster, memo, make_body) -> None:
-    handlers.on_create(
-        body=cluster.create(make_body({"parallelism": {"tensor": 2}})), memo=memo, logger=None
-    )
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(
+            body=cluster.create(make_body({"parallelism": {"tensor": 2}})), memo=memo, logger=None
+        )
     assert ("Deployment", "serving", "llm") not in cluster.objects
     assert state(cluster.resource())[3] == "InvalidSpec"
     assert cluster.reasons() == ["InvalidSpec"]
@@ -332,7 +333,8 @@ def test_explicit_tp_deploys_without_the_hub(cluster, make_body) -> None:
 
 def test_unknown_hub_model_is_invalid(cluster, memo, make_body) -> None:
     spec = {**QWEN, "model": {"source": "org/does-not-exist"}}
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert state(cluster.resource())[3] == "InvalidSpec"
 
 

@@ -59,12 +59,13 @@ def test_least_privilege_flags_become_settings(monkeypatch) -> None:
     from radixserve_operator.settings import OperatorSettings
 
     for name in ("POD_SECURITY_LEVEL", "ALLOWED_SERVICE_ACCOUNTS", "ALLOWED_SECRETS",
-                 "NETWORK_POLICY", "MONITORING_NAMESPACE"):  # fmt: skip
+                 "ALLOWED_REGISTRIES", "NETWORK_POLICY", "MONITORING_NAMESPACE"):  # fmt: skip
         monkeypatch.setenv(f"RADIXSERVE_{name}", "")  # restored after the test
     export_settings(
         parse_args(
             ["--pod-security-level", "restricted", "--allowed-service-accounts", "llm",
-             "--allowed-secrets", "a,b", "--network-policy", "false", "--monitoring-namespace", ""]
+             "--allowed-secrets", "a,b", "--network-policy", "false", "--monitoring-namespace", "",
+             "--allowed-registries", "registry.example.com/ml,ghcr.io/radixserve/"]
         )
     )  # fmt: skip
     s = OperatorSettings.from_env()
@@ -74,6 +75,7 @@ def test_least_privilege_flags_become_settings(monkeypatch) -> None:
         ("a", "b"),
     )
     assert s.network_policy is False and s.monitoring_namespace == ""
+    assert s.allowed_registries == ("registry.example.com/ml", "ghcr.io/radixserve/")
     with pytest.raises(SystemExit):
         parse_args(["--pod-security-level", "privileged"])
 

@@ -171,7 +171,7 @@ def test_init_container_downloads_with_the_servers_image_env_and_mounts(
     assert init["image"] == server["image"] == "registry.example/radixserve:1.2.3"
     assert "command" not in init  # through the image's ENTRYPOINT (tini -- radixserve)
     assert init["args"] == ["download", "Qwen/Qwen3-0.6B", "--revision", "v2"]
-    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
+    token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": False}}
     ienv, senv = _env(init), _env(server)
     for env in (ienv, senv):  # the same cache, revision and user env in both
         assert env["RADIXSERVE_CACHE_DIR"] == CACHE_DIR
@@ -352,9 +352,10 @@ SHARED = {"type": "sharedPVC", "claimName": "hf-cache"}
     [
         ({"replicas": 2}, _claim(["ReadWriteOnce"]), "True", "ReadWriteOnceClaimShared"),
         ({"replicas": 2}, _claim(["ReadWriteOncePod"]), "True", "ReadWriteOnceClaimShared"),
-        ({"replicas": 1}, _claim(["ReadWriteOnce"]), "False", "ClaimShareable"),
-        ({"replicas": 1, "rollout": {"maxSurge": 1, "maxUnavailable": 0}}, _claim(["ReadWriteOnce"]),
-         "True", "ReadWriteOnceClaimShared"),  # a surge pod, maybe on another node
+        ({"replicas": 1, "rollout": {"maxSurge": 0}}, _claim(["ReadWriteOnce"]), "False",
+         "ClaimShareable"),  # replaced in place: one pod at a time
+        ({"replicas": 1}, _claim(["ReadWriteOnce"]),
+         "True", "ReadWriteOnceClaimShared"),  # the default surges: a pod maybe on another node
         ({"replicas": 1, "autoscaling": {"maxReplicas": 4}}, _claim(["ReadWriteOnce"]), "True",
          "ReadWriteOnceClaimShared"),
         ({"replicas": 4}, _claim(["ReadWriteMany"]), "False", "ClaimShareable"),

@@ -9,6 +9,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import kopf
 import pytest
 
 from radixserve_operator import handlers
@@ -238,7 +239,8 @@ def test_hostpath_resource_gets_condition_and_event_and_nothing_is_created(
     cluster, memo, make_body
 ) -> None:
     spec = {"gpu": {"enabled": False}, "template": {"spec": {"volumes": [HOST]}}}
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError, match="PodSecurityViolation"):  # kopf: no retry
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert cluster.applied == []  # no Deployment, Service or anything else
     ready = _ready(cluster)
     assert (ready["status"], ready["reason"]) == ("False", "PodSecurityViolation")
@@ -263,7 +265,8 @@ def test_apparmor_annotation_from_the_template_is_refused(cluster, memo, make_bo
         "gpu": {"enabled": False},
         "template": {"metadata": {"annotations": {APPARMOR: "unconfined"}}},
     }
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert cluster.applied == []
     assert APPARMOR in _ready(cluster)["message"]
 
@@ -274,7 +277,8 @@ def test_level_comes_from_the_operators_environment(cluster, memo, make_body, mo
         "template": {"spec": {"volumes": [{"name": "n", "nfs": {"server": "s", "path": "/"}}]}},
     }
     monkeypatch.setenv("RADIXSERVE_POD_SECURITY_LEVEL", "restricted")
-    handlers.on_create(body=cluster.create(make_body(nfs)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(nfs)), memo=memo, logger=None)
     assert cluster.applied == [] and _ready(cluster)["reason"] == "PodSecurityViolation"
     monkeypatch.setenv("RADIXSERVE_POD_SECURITY_LEVEL", "baseline")
     handlers.resync(body=cluster.resource(), memo=memo, logger=None)
@@ -303,3 +307,26 @@ def test_settings_parse_the_environment(monkeypatch) -> None:
         True,
         "monitoring",
     )
+
+
+@pytest.mark.parametrize(
+    "volume, path",
+    [
+        ({"name": "h", "emptyDir": None, "hostPath": {"path": "/"}}, "spec.volumes[3].hostPath"),
+        ({"name": "h", "hostPath": {"path": "/"}, "emptyDir": {}}, "spec.volumes[3].hostPath"),
+        ({"name": "t", "emptyDir": {}, "configMap": {"name": "c"}}, "exactly one source"),
+        ({"name": "n", "emptyDir": None}, "its source is null"),
+        ({"name": "z"}, "exactly one source, got none"),
+    ],
+    ids=["null-first", "hostpath-first", "two-sources", "null-only", "no-source"],
+)
+def test_every_volume_source_key_is_judged(make_body, fetch, volume, path: str) -> None:
+    spec = {"gpu": {"enabled": False}, "template": {"spec": {"volumes": [volume]}}}
+    with pytest.raises(PodSecurityError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        plan(make_body(spec), fetch, OperatorSettings())
+
+
+def test_a_null_source_beside_a_forbidden_one_is_forbidden_at_restricted_too() -> None:
+    volume = {"name": "n", "emptyDir": None, "nfs": {"server": "s", "path": "/"}}
+    found = [str(v) for v in violations({"spec": {"volumes": [volume]}}, "restricted")]
+    assert any("spec.volumes[0].nfs: nfs volumes are not allowed" in f for f in found), found

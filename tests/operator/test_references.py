@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kopf
 import pytest
 
 from radixserve_operator import handlers
@@ -138,7 +139,8 @@ def test_refusal_is_a_condition_and_an_event_and_nothing_is_created(
     cluster, memo, make_body
 ) -> None:
     spec = {"gpu": {"enabled": False}, "env": [_secret_env("DB", "db")]}
-    handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(body=cluster.create(make_body(spec)), memo=memo, logger=None)
     assert cluster.applied == []
     (ready,) = [c for c in cluster.resource()["status"]["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "ReferenceNotAllowed")

@@ -120,7 +120,7 @@ def test_api_key_reaches_the_router_from_the_secret_only(make_body, fetch) -> No
     spec = {**ROUTED, "apiKeySecretRef": {"name": "llm-key"}}
     c = _container(_router_objects(make_body, fetch, spec)["Deployment"])
     assert c["env"] == [{"name": "RADIXSERVE_API_KEY",
-                         "valueFrom": {"secretKeyRef": {"name": "llm-key", "key": "api-key"}}}]
+                         "valueFrom": {"secretKeyRef": {"name": "llm-key", "key": "api-key", "optional": False}}}]
     assert c["args"][c["args"].index("--api-key") + 1] == "$(RADIXSERVE_API_KEY)"  # the kubelet expands it
     assert "--api-key" not in _container(_router_objects(make_body, fetch, ROUTED)["Deployment"])["args"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import kopf
 import pytest
 
 from radixserve_operator import handlers
@@ -40,11 +41,12 @@ def test_open_exposed_service_gets_a_warning_event(cluster, memo, make_body) -> 
 
 
 def test_exposed_service_without_a_key_is_blocked_in_status(cluster, memo, make_body) -> None:
-    handlers.on_create(
-        body=cluster.create(make_body({**CPU, "service": {"type": "NodePort"}})),
-        memo=memo,
-        logger=None,
-    )
+    with pytest.raises(kopf.PermanentError):
+        handlers.on_create(
+            body=cluster.create(make_body({**CPU, "service": {"type": "NodePort"}})),
+            memo=memo,
+            logger=None,
+        )
     assert cluster.applied == []
     (ready,) = [c for c in cluster.resource()["status"]["conditions"] if c["type"] == "Ready"]
     assert ready["reason"] == "InvalidSpec" and "spec.service.type NodePort" in ready["message"]
@@ -80,10 +82,46 @@ def test_literal_api_key_env_is_refused(make_body, where: str) -> None:
     spec = {"env": env} if where == "env" else {"template": {"spec": {"container": {"env": env}}}}
     with pytest.raises(SpecError, match=r"RADIXSERVE_API_KEY as a literal value"):
         _spec(make_body, spec)
-    from_secret = [
-        {"name": "RADIXSERVE_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k", "key": "a"}}}
+
+
+# Each would replace the Secret's key with an empty value, which the server takes for no key.
+KEY_SOURCES = {
+    "missing-annotation": {"fieldRef": {"fieldPath": "metadata.annotations['no-such']"}},
+    "optional-configmap": {"configMapKeyRef": {"name": "absent", "key": "k", "optional": True}},
+    "other-secret": {"secretKeyRef": {"name": "llm-key", "key": "empty", "optional": True}},
+}
+
+
+@pytest.mark.parametrize("where", ["env", "template"])
+@pytest.mark.parametrize("source", KEY_SOURCES, ids=str)
+def test_no_env_entry_may_set_the_api_key(make_body, where: str, source: str) -> None:
+    env = [{"name": "RADIXSERVE_API_KEY", "valueFrom": KEY_SOURCES[source]}]
+    spec = {
+        "service": {"type": "LoadBalancer"},
+        "apiKeySecretRef": {"name": "llm-key"},
+        **({"env": env} if where == "env" else {"template": {"spec": {"container": {"env": env}}}}),
+    }
+    with pytest.raises(SpecError, match=r"RADIXSERVE_API_KEY is set by the operator from "
+                                        r"spec.apiKeySecretRef only"):
+        _spec(make_body, spec)
+
+
+def test_the_api_key_comes_from_its_secret_whatever_the_env(make_body, fetch, validate_k8s) -> None:
+    """The builders' own guard, beneath the parser's: a user entry of that name cannot replace
+    the Secret's, and the Secret key is required (a missing one keeps the pod from starting)."""
+    import dataclasses
+
+    from radixserve_operator.builders import build_deployment
+
+    spec = _spec(make_body, {"service": {"type": "LoadBalancer"}, "apiKeySecretRef": {"name": "k"}})
+    smuggled = {"name": "RADIXSERVE_API_KEY", "valueFrom": KEY_SOURCES["missing-annotation"]}
+    deployment = build_deployment(dataclasses.replace(spec, env=(smuggled,)), 1, 1)
+    validate_k8s(deployment)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "RADIXSERVE_API_KEY"] == [
+        {"name": "RADIXSERVE_API_KEY",
+         "valueFrom": {"secretKeyRef": {"name": "k", "key": "api-key", "optional": False}}}
     ]
-    _spec(make_body, {"env": from_secret, "apiKeySecretRef": {"name": "k"}})
 
 
 def test_hub_token_only_in_the_download_init_container(make_body, fetch) -> None:

@@ -1,6 +1,6 @@
 """TP sizing: weight estimates against published sizes, and TP choices worked out by hand.
 
-Rule (sizing.py): per GPU, weights/TP + KV(16384 tokens) <= memoryRatio x memoryGiB, TP divides the
+Rule (tp_plan.py): per GPU, weights/TP + KV(16384 tokens) <= memoryRatio x memoryGiB, TP divides the
 attention heads and divides (or is a multiple of) the KV heads."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from radixserve_operator.modelconfig import (
     shape_from_config,
     shape_from_hints,
 )
-from radixserve_operator.sizing import SizingError, resolve_tp
 from radixserve_operator.spec import SpecError, parse_spec
+from radixserve_operator.tp_plan import SizingError, resolve_tp
 
 # Published totals (model cards): the estimate counts every weight, embeddings and experts included.
 PUBLISHED = {
@@ -154,7 +154,7 @@ def test_tp_beyond_kv_heads_must_be_a_multiple_of_them(make_body) -> None:
 
 def test_tp_is_capped_at_one_node(make_body) -> None:
     """One replica is one pod, and no node holds more than 8 GPUs: TP 16 is a spec error."""
-    with pytest.raises(SpecError, match=r"one of \[1, 2, 4, 8\], got 16"):
+    with pytest.raises(SpecError, match=r"one of 1, 2, 4, 8, auto, got 16"):
         parse_spec(make_body({"model": {"source": "org/m"}, "parallelism": {"tensor": 16}}))
 
 
