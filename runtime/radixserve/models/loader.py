@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from radixserve.config import EngineConfig
-from radixserve.options import declared, value_fault
 from radixserve.layers.lazy_weight import LazyWeight
 from radixserve.models.architectures import get_model_class
 from radixserve.models.base import BaseCausalLM
@@ -27,6 +26,8 @@ from radixserve.models.hf_config import text_config, tie_word_embeddings
 from radixserve.models.multimodal import checkpoint_names
 from radixserve.models.quantization import read_quantization
 from radixserve.models.weights import WeightNameMap
+from radixserve.options import declared as declaration
+from radixserve.options import value_fault
 from radixserve.utils.checkpoint_files import safetensors_files
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def resolve_dtype(spec: str, hf_config: Any, device: torch.device | str) -> torc
     """`auto`: the checkpoint's float16/bfloat16; for float32 or no dtype, float32 on CPU and
     bfloat16 on CUDA. Otherwise the named dtype."""
     if spec != "auto":  # a `--dtype` choice: refused here as `EngineConfig` refuses it
-        if (why := value_fault(declared(EngineConfig, "dtype"), spec)) is not None:
+        if (why := value_fault(declaration(EngineConfig, "dtype"), spec)) is not None:
             raise ValueError(f"dtype {why}")
         return getattr(torch, spec)
     declared = _declared_dtype(hf_config) or _declared_dtype(text_config(hf_config))
