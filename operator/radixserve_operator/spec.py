@@ -160,11 +160,6 @@ class RolloutSpec:
     strategy: str
     max_surge: int | str
     max_unavailable: int | str
-    when_surge_blocked: str = "Wait"  # or ReplaceInPlace
-
-    @property
-    def surges(self) -> bool:
-        return self.strategy == "RollingUpdate" and not _is_zero(self.max_surge)
 
 
 def _is_zero(count: int | str) -> bool:
@@ -176,13 +171,12 @@ def effective_rollout(raw: dict[str, Any], per_replica: bool) -> RolloutSpec:
     the last ready replica stays until its replacement is ready; maxSurge 0 alone means in place
     (maxUnavailable 1). A StatefulSet cannot surge: in place, maxUnavailable 1 unless given."""
     surge, unavailable = raw.get("maxSurge"), raw.get("maxUnavailable")
-    fallback = raw.get("whenSurgeBlocked") or "Wait"
     if per_replica:
-        return RolloutSpec(raw["strategy"], 0, 1 if unavailable is None else unavailable, fallback)
+        return RolloutSpec(raw["strategy"], 0, 1 if unavailable is None else unavailable)
     surge = 1 if surge is None else surge
     if unavailable is None:
         unavailable = 1 if _is_zero(surge) else 0
-    return RolloutSpec(raw["strategy"], surge, unavailable, fallback)
+    return RolloutSpec(raw["strategy"], surge, unavailable)
 
 
 @dataclass(frozen=True)
