@@ -93,3 +93,32 @@ def test_input_items_become_the_chat_conversation() -> None:
     assert [t.model_dump(exclude_none=True) for t in chat.tools] == [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     assert chat.tool_choice.function.name == "f"
+
+
+def test_replayed_output_items_are_taken_back_as_input() -> None:
+    """A response's whole output given back as `input`, as the SDK returns it (a reasoning item,
+    an assistant message with annotated `output_text`, a call): the thinking is its assistant
+    turn's `reasoning_content`; an item of a type this server does not take is a 400 saying so."""
+    from pydantic import ValidationError
+
+    from radixserve.server.errors import _validation
+    from radixserve.server.responses_api import _chat_request
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None,
+                 "content": [{"type": "reasoning_text", "text": "They want the time."}]}
+    message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Checking.", "annotations": [], "logprobs": []}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"}
+    req = ResponsesRequest.model_validate({"input": [{"role": "user", "content": "Time?"}, reasoning, message, call,
+                                                     {"type": "function_call_output", "call_id": "c1", "output": "noon"},
+                                                     {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Answer."}]},
+                                                     {"role": "assistant", "content": "Noon."}]})
+    got = [m.model_dump(exclude_none=True) for m in _chat_request(req).messages]
+    assert got[1] == {"role": "assistant", "content": "Checking.", "reasoning_content": "They want the time.",
+                      "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    assert got[3] == {"role": "assistant", "content": "Noon.", "reasoning_content": "Answer."}
+    try:
+        ResponsesRequest.model_validate({"input": [{"type": "item_reference", "id": "msg_1"}]})
+    except ValidationError as e:
+        err = _validation(e)
+    assert err.param == "input.0" and "item_reference" in err.message and "reasoning" in err.message
