@@ -159,9 +159,17 @@ def reject_empty(prompts: list[Prompt], field: str = "prompt") -> None:
         raise APIError(400, f"{field} must not be empty", field)
 
 
+# OpenAI's floor: a token a grammar or a ban excludes has logprob -inf, which JSON cannot carry
+MIN_LOGPROB = -9999.0
+
+
+def _floor(lp: float) -> float:
+    return max(lp, MIN_LOGPROB)
+
+
 def _chat_logprobs(lps: list[TokenLogprob]) -> dict:
     def entry(tok: str, lp: float) -> dict:
-        return {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8"))}
+        return {"token": tok, "logprob": _floor(lp), "bytes": list(tok.encode("utf-8"))}
 
     return {"content": [entry(x.token, x.logprob) | {"top_logprobs": [entry(t, v) for t, v in x.top]} for x in lps]}
 
@@ -173,8 +181,10 @@ def _completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict:
     for x in lps:
         offsets.append(pos)
         pos += len(x.token)
-    return {"tokens": [x.token for x in lps], "token_logprobs": [x.logprob for x in lps],
-            "top_logprobs": [None if x.logprob is None else dict(x.top) | {x.token: x.logprob} for x in lps],
+    return {"tokens": [x.token for x in lps],
+            "token_logprobs": [None if x.logprob is None else _floor(x.logprob) for x in lps],
+            "top_logprobs": [None if x.logprob is None else {t: _floor(v) for t, v in [*x.top, (x.token, x.logprob)]}
+                             for x in lps],
             "text_offset": offsets}
 
 
