@@ -2,8 +2,9 @@
 (a gateway built for SGLang workers sends its requests here): `sampling_params` takes this
 server's names or SGLang's, and each result carries SGLang's `meta_info` (`id`, `finish_reason`
 as `{"type", "matched" | "length"}`, `prompt_tokens`, `completion_tokens`, `cached_tokens`,
-`e2e_latency`) beside this server's `finish_reason` and `usage`. With `n` > 1 the answer is a
-list of results, as SGLang's is; streamed, each event says its choice's `index`."""
+`e2e_latency`) beside this server's `finish_reason` and `usage`. For a batch of prompts (`text`
+a list, `input_ids` a list of lists) or `n` > 1 the answer is a list of results, prompt by prompt,
+as SGLang's is; streamed, each event then says its result's `index`."""
 from __future__ import annotations
 
 import json
@@ -16,11 +17,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from radixserve.sampling_params import SamplingParams
-from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
+from radixserve.server.dispatch import Choice, Dispatch, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value
 from radixserve.server.extensions import GENERATE, GENERATE_SAMPLING, refuse
-from radixserve.server.openai_api import check_model
-from radixserve.server.protocol import GenerateRequest, GenerateSampling
+from radixserve.server.openai_api import check_model, prompt_list, reject_empty
+from radixserve.server.protocol import MAX_N, GenerateRequest, GenerateSampling
 from radixserve.server.state import StateDep
 from radixserve.server.structured_output import check_json_schema
 
@@ -78,30 +79,33 @@ async def generate(req: GenerateRequest, raw: Request, s: StateDep):
     refuse(req.model_dump(include=set(GENERATE)), GENERATE)
     if (req.text is None) == (req.input_ids is None):
         raise APIError(400, "give exactly one of text and input_ids", "text")
-    if req.text == "" or req.input_ids == []:
-        raise APIError(400, "prompt must not be empty", "text" if req.text is not None else "input_ids")
+    prompt_field = "text" if req.text is not None else "input_ids"
+    prompts = prompt_list(req.text if req.text is not None else req.input_ids, prompt_field)
+    reject_empty(prompts, prompt_field)
+    batch = isinstance(req.text, list) or (req.input_ids is not None and isinstance(req.input_ids[0], list))
     params = sampling_params(req.sampling_params)
     n, t0 = req.sampling_params.n, time.perf_counter()
+    if len(prompts) * n > MAX_N:  # one HTTP request must not flood the queue
+        raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * n}", "sampling_params.n")
+    many = batch or n > 1  # SGLang's answer: a list of results, prompt by prompt, n each
     rid = req.rid or uuid.uuid4().hex
-    prompt_field = "text" if req.text is not None else "input_ids"
-    d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, n, False,
-                 {"prompt": prompt_field})
+    d = Dispatch(s.frontend, prompts, params, n, False, {"prompt": prompt_field})
 
     def result(c: Choice) -> dict[str, Any]:
-        return _result(c, rid if n == 1 else f"{rid}-{c.index}", params.max_tokens, t0)
+        return _result(c, f"{rid}-{c.index}" if many else rid, params.max_tokens, t0)
 
     if not req.stream:
         results = [result(c) for c in await d.collect(raw)]
-        return results[0] if n == 1 else results
+        return results if many else results[0]
 
     async def events(first) -> AsyncIterator[str]:
-        choices = [Choice(i) for i in range(n)]
+        choices = [Choice(i) for i in range(len(d.msgs))]
         async for i, r in d.events(first, raw):
             choices[i].add(r)
             yield sse({"text": r.text, "output_ids": r.token_ids, "finished": r.finished,
-                       "finish_reason": r.finish_reason} | ({"index": i} if n > 1 else {}))
+                       "finish_reason": r.finish_reason} | ({"index": i} if many else {}))
         for c in choices:
-            yield sse(result(c) | ({"index": c.index} if n > 1 else {}))
+            yield sse(result(c) | ({"index": c.index} if many else {}))
         yield sse("[DONE]")
 
     first = await d.start(raw)

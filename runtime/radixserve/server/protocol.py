@@ -252,8 +252,11 @@ class GenerateRequest(_Strict):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: Prompt | None = None
-    input_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
+    # one prompt, or a batch of them (SGLang's: the answer is then a list)
+    text: Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)] | None = None
+    input_ids: (Annotated[list[TokenId], Field(min_length=1)]
+                | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+                | None) = None
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False
     model: Text | None = None
