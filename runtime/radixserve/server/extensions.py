@@ -82,6 +82,9 @@ _RESPONSES = _COMMON | {
     "top_logprobs": Unsupported((None, 0), "logprobs are not returned here (chat's logprobs are)"),
     "max_tool_calls": Unsupported(_NEVER_SET, "use parallel_tool_calls"),
     "prompt": Unsupported(_NEVER_SET, "this server stores no prompts: send instructions and input"),
+    **{name: Unsupported(_NEVER_SET, "use text.format") for name in (
+        "response_format", "structured_outputs", "json_schema", "regex", "ebnf", "guided_json", "guided_regex",
+        "guided_choice", "guided_grammar")},
 }
 
 UNSUPPORTED = {"chat": _CHAT, "completion": _COMPLETION, "responses": _RESPONSES}
