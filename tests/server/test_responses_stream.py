@@ -122,3 +122,38 @@ def test_replayed_output_items_are_taken_back_as_input() -> None:
     except ValidationError as e:
         err = _validation(e)
     assert err.param == "input.0" and "item_reference" in err.message and "reasoning" in err.message
+
+
+def test_forced_calls_cut_by_max_tokens_stream_as_their_whole_response() -> None:
+    """`required`, its second call cut by max_tokens: the first call, then the cut text as a
+    message, status incomplete; streamed in the same order as the whole response lists them."""
+    from radixserve.server.protocol import ChatCompletionRequest
+    from radixserve.server.tools import plan_tools
+
+    text = '[{"name": "f", "parameters": {"a": 1}}, {"name": "f", "parameters": {"a'
+    chat = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
+    plan = plan_tools(chat, None)
+    shape = _Shape(types.SimpleNamespace(model_name="m"), ResponsesRequest.model_validate({"input": "x"}))
+
+    class Cut:
+        async def events(self, first, raw):
+            for i in range(0, len(text), 4):
+                last = i + 4 >= len(text)
+                yield 0, UserReply(uid=0, text=text[i:i + 4], token_ids=[1], finished=last,
+                                   finish_reason="length" if last else None, prompt_tokens=5, completion_tokens=i + 1)
+
+    async def run() -> list[str]:
+        return [e async for e in _stream(Cut(), None, None, shape, plan.new_output())]
+    events = [json.loads(e.split("data: ", 1)[1]) for e in asyncio.run(run())]
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete"
+    assert [i["type"] for i in final["output"]] == ["function_call", "message"]
+    assert final["output"][1]["content"][0]["text"] == ', {"name": "f", "parameters": {"a'
+    out = plan.new_output()
+    out.feed(text, final=True)
+    whole = _output(shape, out, _status("length"), plan.forced)
+    strip = ("id", "call_id")
+    assert [{k: v for k, v in i.items() if k not in strip} for i in whole] == \
+        [{k: v for k, v in i.items() if k not in strip} for i in final["output"]]

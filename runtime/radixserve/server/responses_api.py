@@ -167,14 +167,14 @@ def _status(finish_reason: str | None) -> str:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
-def _output(shape: _Shape, out: ChatOutput, status: str) -> list[dict]:
-    """The reasoning (if any), the message (unless only calls came), then each call."""
+def _output(shape: _Shape, out: ChatOutput, status: str, forced: bool = False) -> list[dict]:
+    """The reasoning (if any), the message (unless only calls came), then each call; in the order
+    the stream sends them, so a forced call's text (what max_tokens cut) comes after its calls."""
     msg = out.message()
     items = [shape.reasoning(msg["reasoning_content"])] if msg.get("reasoning_content") else []
-    calls = msg.get("tool_calls") or []
-    if msg["content"] or not calls:
-        items.append(shape.message(msg["content"] or "", status))
-    return items + [shape.call(c) for c in calls]
+    calls = [shape.call(c) for c in msg.get("tool_calls") or []]
+    message = [shape.message(msg["content"] or "", status)] if msg["content"] or not calls else []
+    return items + (calls + message if forced else message + calls)
 
 
 def _constraint(req: ResponsesRequest) -> Constraint | None:
@@ -210,7 +210,7 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
         out = plan.new_output()
         out.feed(c.text, final=True)
         status = _status(c.finish_reason)
-        return shape.response(status, _output(shape, out, status), c)
+        return shape.response(status, _output(shape, out, status, plan.forced), c)
     first = await d.start(raw)
     if first is None:
         return Response(status_code=204)  # the client is gone: nobody reads this
