@@ -344,6 +344,14 @@ def test_context_length_errors_name_the_field(smol, client, model) -> None:
     assert (e.code, e.param) == ("context_length_exceeded", "max_tokens")
     e = _bad_request(lambda: client.responses.create(model=model, input=long, max_output_tokens=1))
     assert (e.code, e.param) == ("context_length_exceeded", "input")
+    # refused by its characters, before it is tokenized: named as the route names it too
+    huge = "a" * 3_000_000
+    for call, param in ((lambda: client.responses.create(model=model, input=huge), "input"),
+                        (lambda: client.completions.create(model=model, prompt=huge), "prompt"),
+                        (lambda: client.chat.completions.create(model=model, messages=[{"role": "user", "content": huge}]),
+                         "messages")):
+        e = _bad_request(call)
+        assert (e.code, e.param) == ("context_length_exceeded", param) and "characters" in e.message
 
 
 # --- structured outputs (SGLang test_json_constrained / test_json_mode / regex; vLLM test_chat) ---

@@ -198,7 +198,9 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
         raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
     plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
     limit = chat.max_tokens
-    names = {"max_tokens": "max_output_tokens", "prompt": "input"} | (grammar.names if grammar is not None else {})
+    # the conversation is the request's `input`, however the engine or the prompt's bound names it
+    names = {"max_tokens": "max_output_tokens", "prompt": "input", "messages": "input"}
+    names |= grammar.names if grammar is not None else {}
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
                           grammar, state.sampling_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), tools=plan.tools_json,
