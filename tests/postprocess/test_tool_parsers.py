@@ -88,20 +88,39 @@ def test_llama3_text_and_non_calls_are_content() -> None:
     assert p.feed("Sure") == [Content("Sure")]  # plain text streams at once
 
 
-def test_required_calls_stream_their_parameters() -> None:
+def test_required_calls_are_sent_whole() -> None:
     text = '[ {"name": "get_weather", "parameters": {"city": "P\\"aris [x]", "days": 3}} ,\n' \
            '{"parameters": {"tz": "UTC"}, "name": "get_time"}, {"name": "s", "parameters": "a b"}]'
     assert _both(RequiredCallsParser, text) == (None, [
         ("get_weather", {"city": 'P"aris [x]', "days": 3}), ("get_time", {"tz": "UTC"}), ("s", "a b")])
     p = RequiredCallsParser()
-    events = p.feed('[{"name": "f", "parameters": {"a"')
-    assert [type(e).__name__ for e in events] == ["CallStart", "CallArgs"] and events[1].text == '{"a"'
+    assert p.feed('[{"name": "f", "parameters": {"a"') == []  # not yet a call
+    events = p.feed(': 1}}, {"na')
+    assert [type(e).__name__ for e in events] == ["CallStart", "CallArgs"] and events[1].text == '{"a": 1}'
 
 
 def test_named_call_is_the_whole_output() -> None:
     assert _both(lambda: NamedCallParser("f"), ' \n{"q": [1, {"r": "}"}]}\n ') == (None, [("f", {"q": [1, {"r": "}"}]})])
-    ev = NamedCallParser("f").feed("")  # the call's header goes first, before any argument
-    assert len(ev) == 1 and isinstance(ev[0], CallStart) and ev[0].name == "f"
+    assert _both(lambda: NamedCallParser("f"), "42") == (None, [("f", 42)])
+    assert NamedCallParser("f").feed('{"a": 1') == []  # not yet a call
+
+
+@pytest.mark.parametrize("make, text, content, calls", [
+    (lambda: NamedCallParser("f"), '{"', '{"', []),
+    (lambda: NamedCallParser("f"), ' {"city": "Par', ' {"city": "Par', []),
+    (lambda: NamedCallParser("f"), "tru", "tru", []),
+    (RequiredCallsParser, '[{"name": "f", "parameters": {', '[{"name": "f", "parameters": {', []),
+    (RequiredCallsParser, '[{"name": "f", "parameters": {}}, {"name": "g"', ', {"name": "g"', [("f", {})]),
+    (RequiredCallsParser, '[{"name": "f", "parameters": {}}', None, [("f", {})]),
+])
+def test_output_cut_before_a_call_is_complete_is_content(make, text: str, content: str | None, calls: list) -> None:
+    """max_tokens ended the output mid-call: what is not a complete call is content, streamed or not."""
+    assert _both(make, text) == (content, calls)
+    out = ChatOutput(make())
+    deltas = [d for ch in text for d in out.feed(ch)] + out.feed("", final=True)
+    assert [d["tool_calls"][0]["function"]["name"] for d in deltas if "tool_calls" in d and "id" in d["tool_calls"][0]] \
+        == [name for name, _ in calls]
+    assert out.finish_reason("length") == "length"
 
 
 def test_parse_call_and_detection() -> None:

@@ -22,7 +22,7 @@ LIMITS = Limits(max_seq_len=64, kv_capacity=48, vocab_size=100)
     ([99, 5, 0, 100, 3], SamplingParams(), "input_ids", None, "token ids must be in [0, 100)"),
     ([5] * 60, SamplingParams(max_tokens=8), "max_tokens", "context_length_exceeded",
      "maximum context length is 64 tokens, but the request needs 68 tokens"),
-    ([5] * 64, SamplingParams(max_tokens=1), "messages", "context_length_exceeded",
+    ([5] * 64, SamplingParams(max_tokens=1), "prompt", "context_length_exceeded",
      "65 tokens (64 in the prompt"),
     ([5] * 40, SamplingParams(max_tokens=10), "max_tokens", None, "KV cache capacity 48"),
 ])

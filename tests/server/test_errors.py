@@ -72,7 +72,7 @@ def test_prompt_over_the_context_length_is_400_naming_the_limits(server, stream:
     r = httpx.post(f"{server.base}/v1/completions", headers=AUTH, json=body, timeout=60)
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
-    assert err["code"] == "context_length_exceeded"
+    assert err["code"] == "context_length_exceeded" and err["param"] == "prompt"  # completions' name
     assert str(limit) in err["message"] and str(limit + 8) in err["message"]
     _ok_request(server.base)
 

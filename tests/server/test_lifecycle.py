@@ -119,6 +119,10 @@ def test_stream_cut_by_the_drain_deadline_ends_with_error_and_done(tiny_model, t
         _assert_ends_with_error_then_done(events, "service_unavailable")
         assert "drain deadline" in json.loads(events[-2])["error"]["message"]
         assert srv.proc.wait(timeout=30) == 0
+        # its access line counts the tokens streamed before the cut: one chunk each
+        m = re.search(r"radixserve\.access: POST /v1/completions 200 prompt_tokens=(\d+) completion_tokens=(\d+)",
+                      srv.log())
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) == len(events) - 2, srv.log()[-2000:]
         assert "Exception in ASGI application" not in srv.log()
     finally:
         srv.stop()

@@ -93,3 +93,67 @@ def test_input_items_become_the_chat_conversation() -> None:
     assert [t.model_dump(exclude_none=True) for t in chat.tools] == [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     assert chat.tool_choice.function.name == "f"
+
+
+def test_replayed_output_items_are_taken_back_as_input() -> None:
+    """A response's whole output given back as `input`, as the SDK returns it (a reasoning item,
+    an assistant message with annotated `output_text`, a call): the thinking is its assistant
+    turn's `reasoning_content`; an item of a type this server does not take is a 400 saying so."""
+    from pydantic import ValidationError
+
+    from radixserve.server.errors import _validation
+    from radixserve.server.responses_api import _chat_request
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None,
+                 "content": [{"type": "reasoning_text", "text": "They want the time."}]}
+    message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Checking.", "annotations": [], "logprobs": []}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"}
+    req = ResponsesRequest.model_validate({"input": [{"role": "user", "content": "Time?"}, reasoning, message, call,
+                                                     {"type": "function_call_output", "call_id": "c1", "output": "noon"},
+                                                     {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Answer."}]},
+                                                     {"role": "assistant", "content": "Noon."}]})
+    got = [m.model_dump(exclude_none=True) for m in _chat_request(req).messages]
+    assert got[1] == {"role": "assistant", "content": "Checking.", "reasoning_content": "They want the time.",
+                      "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    assert got[3] == {"role": "assistant", "content": "Noon.", "reasoning_content": "Answer."}
+    try:
+        ResponsesRequest.model_validate({"input": [{"type": "item_reference", "id": "msg_1"}]})
+    except ValidationError as e:
+        err = _validation(e)
+    assert err.param == "input.0" and "item_reference" in err.message and "reasoning" in err.message
+
+
+def test_forced_calls_cut_by_max_tokens_stream_as_their_whole_response() -> None:
+    """`required`, its second call cut by max_tokens: the first call, then the cut text as a
+    message, status incomplete; streamed in the same order as the whole response lists them."""
+    from radixserve.server.protocol import ChatCompletionRequest
+    from radixserve.server.tools import plan_tools
+
+    text = '[{"name": "f", "parameters": {"a": 1}}, {"name": "f", "parameters": {"a'
+    chat = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
+    plan = plan_tools(chat, None)
+    shape = _Shape(types.SimpleNamespace(model_name="m"), ResponsesRequest.model_validate({"input": "x"}))
+
+    class Cut:
+        async def events(self, first, raw):
+            for i in range(0, len(text), 4):
+                last = i + 4 >= len(text)
+                yield 0, UserReply(uid=0, text=text[i:i + 4], token_ids=[1], finished=last,
+                                   finish_reason="length" if last else None, prompt_tokens=5, completion_tokens=i + 1)
+
+    async def run() -> list[str]:
+        return [e async for e in _stream(Cut(), None, None, shape, plan.new_output())]
+    events = [json.loads(e.split("data: ", 1)[1]) for e in asyncio.run(run())]
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete"
+    assert [i["type"] for i in final["output"]] == ["function_call", "message"]
+    assert final["output"][1]["content"][0]["text"] == ', {"name": "f", "parameters": {"a'
+    out = plan.new_output()
+    out.feed(text, final=True)
+    whole = _output(shape, out, _status("length"), plan.forced)
+    strip = ("id", "call_id")
+    assert [{k: v for k, v in i.items() if k not in strip} for i in whole] == \
+        [{k: v for k, v in i.items() if k not in strip} for i in final["output"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import openai
 import pytest
 
 from radixserve.messages import TokenizeMsg, decode, encode
@@ -45,6 +46,41 @@ def test_required_schema_accepts_calls_and_nothing_else() -> None:
     one = required_calls_schema(req.tools, parallel=False)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate([{"name": "get_time", "parameters": {}}] * 2, one)
+
+
+def test_required_schema_keeps_each_functions_local_refs() -> None:
+    """What `openai.pydantic_function_tool` writes for a nested model: `$defs` at the top of the
+    parameters and `#/$defs/...` references, and a recursive `#` one; the grammar of `required`
+    must resolve each within its own function."""
+    from pydantic import BaseModel
+
+    class Point(BaseModel):
+        x: int
+        y: int
+
+    class Path(BaseModel):
+        start: Point
+        end: Point
+
+    tree = {"type": "object", "properties": {"label": {"type": "string"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+            "required": ["label", "kids"], "additionalProperties": False}
+    tools = [openai.pydantic_function_tool(Path, name="draw"),
+             {"type": "function", "function": {"name": "tree", "parameters": tree}}]
+    schema = required_calls_schema(_chat(tools=tools).tools, parallel=True)
+    good = [{"name": "draw", "parameters": {"start": {"x": 1, "y": 2}, "end": {"x": 3, "y": 4}}},
+            {"name": "tree", "parameters": {"label": "a", "kids": [{"label": "b", "kids": []}]}}]
+    jsonschema.validate(good, schema)
+    for bad in ([{"name": "draw", "parameters": {"start": {"x": 1}, "end": {"x": 3, "y": 4}}}],
+                [{"name": "tree", "parameters": {"label": "a", "kids": [{"label": 1, "kids": []}]}}]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    # and xgrammar, the engine's compiler, resolves them alike
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string
+
+    grammar = xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
+    assert _is_grammar_accept_string(grammar, json.dumps(good))
+    assert not _is_grammar_accept_string(grammar, json.dumps(good[:1] + [{"name": "draw", "parameters": {}}]))
 
 
 def test_plans() -> None:

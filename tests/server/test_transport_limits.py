@@ -115,6 +115,11 @@ def _access_line(server, request_id: str) -> str:
     raise AssertionError(f"no access line for {request_id}")
 
 
+def _token_counts(line: str) -> tuple[int, int]:
+    fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+    return int(fields["prompt_tokens"]), int(fields["completion_tokens"])
+
+
 def test_a_stream_whose_client_left_is_logged_499(server) -> None:
     body = {"prompt": "a b c", "max_tokens": 400, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{server.base}/v1/completions", json=body,
@@ -124,6 +129,8 @@ def test_a_stream_whose_client_left_is_logged_499(server) -> None:
                 break  # leave after the first chunk
     line = _access_line(server, "left-a-stream")
     assert " 499 client closed" in line, line
+    prompt, completion = _token_counts(line)  # the tokens it got before it left, not zeros
+    assert prompt > 0 and 1 <= completion < 400, line
 
 
 def test_a_request_whose_client_left_is_logged_499(server) -> None:

@@ -18,6 +18,7 @@ class TokenOutput(NamedTuple):
     # prompt token, the first with logprob None
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]]]] | None = None
     embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (for usage)
 
 
 class RequestFailure(NamedTuple):

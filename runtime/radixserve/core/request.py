@@ -19,6 +19,8 @@ class Req:
     params: SamplingParams
     row: int = -1  # page-table / token-pool row while admitted
     cached_len: int = 0  # prefix tokens matched in the prefix cache at admission
+    # NOTE: cached_len grows as the request's own prompt is shared; this stays the admission hit
+    prefix_hit: int = 0  # prompt tokens the prefix cache served (usage's cached_tokens)
     cache_handle: Any = None
     num_slots: int = 0  # slots of the row that the request holds (cached + allocated)
     kv_len: int = 0  # tokens whose KV has been computed

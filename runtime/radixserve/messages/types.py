@@ -88,6 +88,7 @@ class TokenMsg:
     # on a request's first token, if asked for: [[token id, logprob or None, [[id, logprob], …]], …]
     prompt_logprobs: list[list] | None = None
     embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission
 
 
 @message
@@ -130,6 +131,9 @@ class UserReply:
     prompt_logprobs: list[TokenLogprob] | None = None  # with the first reply, if asked for
     prompt_text: str | None = None  # the prompt decoded, with `prompt_logprobs`
     embedding: list[float] | None = None  # an embedding request's answer
+    cached_tokens: int = 0  # of prompt_tokens, those served from the prefix cache
+    # what ended a "stop" reply: the stop string, or the token (EOS, a stop token id)
+    matched_stop: str | int | None = None
 
 
 @message

@@ -2,9 +2,11 @@
 choice and returns events (`Content`, `CallStart`, `CallArgs`); a full response is the same parser
 fed the whole text, so streamed and non-streamed answers agree by construction.
 
-Here the parsers of output forced by a grammar (`tool_choice` a named function, or `required`),
-always well-formed, so the arguments stream as the model writes them; `auto_tool_parsers` parses
-free text."""
+Here the parsers of output forced by a grammar (`tool_choice` a named function, or `required`).
+A call is sent once its JSON is complete: output cut before that (`max_tokens`) comes back as
+content, never as a call whose arguments are broken, and a stream tells the same as the whole
+answer (a call sent cannot be taken back). `auto_tool_parsers` parses free text.
+"""
 from __future__ import annotations
 
 import json
@@ -112,15 +114,17 @@ class NamedCallParser(ToolParser):
 
     def __init__(self, name: str) -> None:
         super().__init__()
-        self._start(name)
+        self.name = name
         self.lex = JsonDepth()
         self.begun = self.done = False
+        self.raw: list[str] = []  # the output so far, whitespace included
+        self.value: list[str] = []  # the arguments' JSON text
 
     def feed(self, text: str) -> list[Event]:
-        frag = []
         for ch in text:
             if self.done:
                 break
+            self.raw.append(ch)
             if not self.begun and ch.isspace():
                 continue
             lex = self.lex
@@ -128,39 +132,65 @@ class NamedCallParser(ToolParser):
                 self.done = True  # a bare number or literal ended
                 break
             self.begun = True
-            frag.append(ch)
+            self.value.append(ch)
             lex.push(ch)
             self.done = lex.depth == 0 and not lex.in_string and ch in '}]"'
-        self._args(0, "".join(frag))
+        if self.done:
+            self._send()
         return self._take()
+
+    def finish(self) -> list[Event]:
+        if not self.done and _is_json("".join(self.value)):  # a bare number or literal at the end
+            self.done = True
+            self._send()
+        elif not self.done:
+            self._content("".join(self.raw))  # cut before the arguments were complete
+        return self._take()
+
+    def _send(self) -> None:
+        if not self.calls:
+            self._args(self._start(self.name), "".join(self.value))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 class RequiredCallsParser(ToolParser):
     """The output is `[{"name": …, "parameters": …}, …]` (the grammar of `required_calls_schema`):
-    each element becomes a call, its `parameters` value streamed as the arguments."""
+    each element becomes a call, its `parameters` value the arguments, once the element closes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lex = JsonDepth()
+        self.closed = False  # the array ended
+        self.pending: list[str] = []  # the output since the last call sent
         self._element(False)
 
     def _element(self, expect_key: bool) -> None:
         self.expect_key, self.key, self.in_value = expect_key, None, False
         self.token: list[str] = []  # a string token at the element's level (a key or a value)
-        self.index: int | None = None  # the call, once its name is known
-        self.held: list[str] = []  # parameters read before the name
+        self.name: str | None = None
+        self.params: list[str] = []
 
     def feed(self, text: str) -> list[Event]:
         lex = self.lex
         for ch in text:
+            self.pending.append(ch)
             d0, s0 = lex.depth, lex.in_string
             lex.push(ch)
             d1, s1 = lex.depth, lex.in_string
+            if d0 == 1 and d1 == 0:
+                self.closed = True
             if d0 == 1 and d1 == 2:  # a call's object opens
                 self._element(True)
                 continue
             if d0 == 2 and d1 == 1:  # …and closes
-                self._element(False)
+                self._send()
                 continue
             level = d0 == 2 and d1 == 2  # a character of the element object itself
             if level and (s0 or s1):
@@ -175,18 +205,23 @@ class RequiredCallsParser(ToolParser):
                 self.expect_key, self.key, self.in_value = True, None, False
                 continue
             if self.key == "parameters" and self.in_value and (not level or s0 or s1 or not ch.isspace()):
-                self._param(ch)
+                self.params.append(ch)
+        return self._take()
+
+    def finish(self) -> list[Event]:
+        rest = "".join(self.pending)
+        if not self.closed and rest.strip():  # cut inside the array: what is left is no call
+            self._content(rest)
         return self._take()
 
     def _string(self, value: str) -> None:
         if self.expect_key:
             self.key, self.expect_key = value, False
-        elif self.key == "name" and self.index is None:
-            self.index = self._start(value)
-            self._args(self.index, "".join(self.held))
+        elif self.key == "name" and self.name is None:
+            self.name = value
 
-    def _param(self, ch: str) -> None:
-        if self.index is None:
-            self.held.append(ch)
-        else:
-            self._args(self.index, ch)
+    def _send(self) -> None:
+        if self.name is not None:
+            self._args(self._start(self.name), "".join(self.params))
+        self.pending = []
+        self._element(False)

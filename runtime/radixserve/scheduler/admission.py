@@ -57,7 +57,8 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
             f"This model's maximum context length is {limits.max_seq_len} tokens, but the request "
             f"needs {total} tokens ({n_in} in the prompt, {params.max_tokens} for the "
             f"completion). Shorten the prompt or max_tokens.",
-            "max_tokens" if n_in < limits.max_seq_len else "messages", "context_length_exceeded")
+            # (each route names the prompt as its client does: chat's `messages`, completions' `prompt`)
+            "max_tokens" if n_in < limits.max_seq_len else "prompt", "context_length_exceeded")
     if total > limits.kv_capacity:
         raise AdmissionError(
             f"max_tokens: prompt + max_tokens = {total} exceeds the KV cache capacity "

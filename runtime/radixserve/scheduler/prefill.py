@@ -97,5 +97,6 @@ class PrefillAdder:
         pt[row, : match.cached_len] = match.indices.to(pt.device, pt.dtype)
         pt[row, match.cached_len : req.num_slots] = slots.to(pt.device, pt.dtype)
         self.table.token_pool[row, : req.prompt_len] = to_device(req.input_ids, pt.device)
+        req.prefix_hit = match.cached_len
         self.prefix_hit_tokens += match.cached_len
         return True

@@ -309,7 +309,7 @@ class Scheduler:
                 continue  # rode along after finishing (overlap): its token is discarded
             if req.params.embed:  # its vector is the answer: no token
                 outputs.append(TokenOutput(req.uid, -1, True, "stop", prompt_tokens=req.prompt_len,
-                                           embedding=vectors[req]))
+                                           embedding=vectors[req], cached_tokens=req.prefix_hit))
                 self._finish(req)
                 continue
             tok = tokens[i]
@@ -327,7 +327,7 @@ class Scheduler:
             if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
                 plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
             outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
-                                       req.prompt_len, plp))
+                                       req.prompt_len, plp, cached_tokens=req.prefix_hit))
             if reason is not None:
                 self._finish(req)
         return outputs

@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,21 +32,30 @@ CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before t
 
 @dataclass
 class AccessRecord:
-    """What the handlers learn about a request, for its access line."""
+    """What the handlers learn about a request, for its access line: the tokens as far as its
+    replies went, also when they stopped early (the client left, the drain deadline passed)."""
 
     t0: float
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     ttft_s: float | None = None
+    # per sub-request uid: (prompt tokens, if its prompt is not also another's; tokens generated)
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def on_reply(self, r: UserReply, counts_prompt: bool) -> None:
         """`counts_prompt`: this sub-request's prompt is not also another's (n > 1 shares one)."""
         if r.token_ids and self.ttft_s is None:
             self.ttft_s = time.perf_counter() - self.t0
-        if r.finished:
-            self.completion_tokens += r.completion_tokens
-            if counts_prompt:
-                self.prompt_tokens += r.prompt_tokens
+        # every reply carries the counts so far; an abort's reply carries none
+        prompt, completion = self.counts.get(r.uid, (0, 0))
+        self.counts[r.uid] = (max(prompt, r.prompt_tokens if counts_prompt else 0),
+                              max(completion, r.completion_tokens))
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(p for p, _ in self.counts.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c for _, c in self.counts.values())
 
 
 current_access: ContextVar[AccessRecord | None] = ContextVar("radixserve_access", default=None)

@@ -42,8 +42,10 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
+    matched_stop: str | int | None = None  # the stop string or token that ended a "stop"
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those served from the prefix cache
     prompt_text: str | None = None  # with prompt logprobs (completions' echo)
     prompt_logprobs: list[TokenLogprob] | None = None
     embedding: list[float] | None = None  # an embedding request's answer
@@ -56,17 +58,23 @@ class Choice:
         self.text += r.text
         self.token_ids += r.token_ids
         self.logprobs += r.logprobs or []
-        # every reply carries the counts so far (a stream's continuous_usage_stats), the last the totals
-        self.prompt_tokens, self.completion_tokens = r.prompt_tokens, r.completion_tokens
+        # every reply carries the counts so far (a stream's continuous_usage_stats), the last the
+        # totals; an abort's reply carries none
+        self.prompt_tokens = max(self.prompt_tokens, r.prompt_tokens)
+        self.completion_tokens = max(self.completion_tokens, r.completion_tokens)
+        self.cached_tokens = max(self.cached_tokens, r.cached_tokens)
         if r.finished:
-            self.finish_reason = r.finish_reason
+            self.finish_reason, self.matched_stop = r.finish_reason, r.matched_stop
 
 
 def usage(choices: list[Choice], n: int) -> dict:
-    """Each distinct prompt counts once, however many choices share it (as OpenAI counts)."""
-    prompt = sum(c.prompt_tokens for c in choices if c.index % n == 0)
+    """Each distinct prompt counts once, however many choices share it (as OpenAI counts);
+    `cached_tokens` is how many of its tokens the prefix cache served, not computed again."""
+    firsts = [c for c in choices if c.index % n == 0]
+    prompt = sum(c.prompt_tokens for c in firsts)
     completion = sum(c.completion_tokens for c in choices)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in firsts)}}
 
 
 class Dispatch:
@@ -89,7 +97,10 @@ class Dispatch:
     async def start(self, raw: Request | None = None) -> UserReply | None:
         """Submit, and wait for the first reply so that a rejected request still gets its 4xx.
         None when the client left first (while queued or prefilling): the request is aborted."""
-        self.stream = await self.frontend.submit(self.msgs)
+        try:
+            self.stream = await self.frontend.submit(self.msgs)
+        except APIError as e:  # refused before it was queued (a prompt too long by its characters)
+            raise self._renamed(e) from None
         try:
             first = await self._next(raw)
         except BaseException:
@@ -104,13 +115,17 @@ class Dispatch:
         try:
             return await self._wait(raw)
         except APIError as e:
-            name = self.names.get(e.param or "")
-            if name is not None:
-                assert e.param is not None
-                if e.message.startswith(e.param):  # "json_schema: could not compile …"
-                    e.message = name + e.message[len(e.param):]
-                e.param = name
-            raise
+            raise self._renamed(e) from None
+
+    def _renamed(self, e: APIError) -> APIError:
+        """`e` naming the field as the client did (`names`)."""
+        name = self.names.get(e.param or "")
+        if name is not None:
+            assert e.param is not None
+            if e.message.startswith(e.param):  # "json_schema: could not compile …"
+                e.message = name + e.message[len(e.param):]
+            e.param = name
+        return e
 
     async def _wait(self, raw: Request | None) -> UserReply | None:
         assert self.stream is not None

@@ -12,7 +12,8 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "inval
           405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
           422: "invalid_request_error", 503: "service_unavailable"}
 _ECHO_CHARS = 40
-_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic union-branch names
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none",  # pydantic union-branch names
+              "message", "function_call", "function_call_output", "reasoning"}  # and the Responses items' tags
 
 
 class APIError(Exception):

@@ -17,6 +17,7 @@ from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
+from radixserve.server.extensions import refuse_unsupported
 from radixserve.server.protocol import (
     MAX_N,
     ChatCompletionRequest,
@@ -158,20 +159,32 @@ def reject_empty(prompts: list[Prompt], field: str = "prompt") -> None:
         raise APIError(400, f"{field} must not be empty", field)
 
 
+# OpenAI's floor: a token a grammar or a ban excludes has logprob -inf, which JSON cannot carry
+MIN_LOGPROB = -9999.0
+
+
+def _floor(lp: float) -> float:
+    return max(lp, MIN_LOGPROB)
+
+
 def _chat_logprobs(lps: list[TokenLogprob]) -> dict:
     def entry(tok: str, lp: float) -> dict:
-        return {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8"))}
+        return {"token": tok, "logprob": _floor(lp), "bytes": list(tok.encode("utf-8"))}
 
     return {"content": [entry(x.token, x.logprob) | {"top_logprobs": [entry(t, v) for t, v in x.top]} for x in lps]}
 
 
 def _completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict:
+    """OpenAI's legacy shape: `top_logprobs` holds the k best and always the chosen token (k + 1
+    entries at most; `logprobs: 0`, the chosen token alone)."""
     offsets, pos = [], offset
     for x in lps:
         offsets.append(pos)
         pos += len(x.token)
-    return {"tokens": [x.token for x in lps], "token_logprobs": [x.logprob for x in lps],
-            "top_logprobs": [None if x.logprob is None else dict(x.top) for x in lps],
+    return {"tokens": [x.token for x in lps],
+            "token_logprobs": [None if x.logprob is None else _floor(x.logprob) for x in lps],
+            "top_logprobs": [None if x.logprob is None else {t: _floor(v) for t, v in [*x.top, (x.token, x.logprob)]}
+                             for x in lps],
             "text_offset": offsets}
 
 
@@ -189,6 +202,11 @@ class Echo:
 
     def logprobs(self, c: Choice) -> list[TokenLogprob]:
         return c.prompt_logprobs or []
+
+
+def check_stream_options(req: SamplingFields) -> None:
+    if req.stream_options is not None and not req.stream:  # as OpenAI and vLLM refuse it
+        raise APIError(400, "stream_options is only allowed when stream is true", "stream_options")
 
 
 async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
@@ -222,15 +240,17 @@ def _choice(kind: str, c: Choice, with_logprobs: bool, plan: ToolPlan, echo: Ech
         lp = _chat_logprobs(c.logprobs) if with_logprobs else None
         out = plan.new_output()
         out.feed(c.text, final=True)
-        return {"index": c.index, "message": out.message(), "logprobs": lp, "finish_reason": out.finish_reason(c.finish_reason)}
+        return {"index": c.index, "message": out.message(), "logprobs": lp,
+                "finish_reason": out.finish_reason(c.finish_reason), "matched_stop": c.matched_stop}
     head, head_lps = (echo.text(c), echo.logprobs(c)) if echo is not None else ("", [])
     lp = _completion_logprobs(head_lps + c.logprobs, 0) if with_logprobs else None
-    return {"index": c.index, "text": head + c.text, "logprobs": lp, "finish_reason": c.finish_reason}
+    return {"index": c.index, "text": head + c.text, "logprobs": lp, "finish_reason": c.finish_reason,
+            "matched_stop": c.matched_stop}
 
 
 def _usage_so_far(usage_mode: str, choices: list[Choice], n: int) -> Callable[[], dict]:
     """The `usage` member of a stream's chunks: absent (`none`), null until the last chunk
-    (`last`), or the counts so far (`every`)."""
+    (`last`), or the counts so far (`every`, from the opening chunk on)."""
     return lambda: ({"usage": usage(choices, n)} if usage_mode == "every"
                     else {"usage": None} if usage_mode == "last" else {})
 
@@ -242,9 +262,11 @@ async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, 
     extra = _usage_so_far(usage_mode, choices, n)
     outputs = [plan.new_output() for _ in choices]
     opening = {"role": "assistant", "content": None if plan.forced else ""}  # a forced call has no content
+    for c in choices:  # one prompt: its length is known from the first reply (continuous usage)
+        c.prompt_tokens = first.prompt_tokens
     for c in choices:
         yield sse(head | {"choices": [{"index": c.index, "delta": opening, "logprobs": None, "finish_reason": None}]}
-                  | ({"usage": None} if usage_mode != "none" else {}))
+                  | extra())
     async for i, r in d.events(first, raw):
         choices[i].add(r)
         # A reply with tokens is sent even when its text is empty (a character still incomplete,
@@ -257,8 +279,9 @@ async def _chat_stream(d: Dispatch, first: UserReply, raw: Request, head: dict, 
         for j, delta in enumerate(deltas or [{}]):
             last = j == max(len(deltas), 1) - 1
             reason = outputs[i].finish_reason(r.finish_reason) if r.finished and last else None
+            ended = {"matched_stop": r.matched_stop} if reason is not None else {}
             yield sse(head | {"choices": [{"index": i, "delta": delta, "logprobs": lp if j == 0 else None,
-                                           "finish_reason": reason}]} | extra())
+                                           "finish_reason": reason} | ended]} | extra())
     if usage_mode != "none":
         yield sse(head | {"choices": [], "usage": usage(choices, n)})
     yield sse("[DONE]")
@@ -284,6 +307,8 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
             continue  # a reply with tokens is sent even when its text is empty (as for chat)
         lp = _completion_logprobs(r.logprobs or [], offset) if with_logprobs else None
         choice = {"index": i, "text": r.text, "logprobs": lp, "finish_reason": r.finish_reason if r.finished else None}
+        if r.finished:
+            choice["matched_stop"] = r.matched_stop
         yield sse(head | {"choices": [choice]} | extra())
     if usage_mode != "none":
         yield sse(head | {"choices": [], "usage": usage(choices, n)})
@@ -293,13 +318,16 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
+    refuse_unsupported(req, "chat")
+    check_stream_options(req)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
     plan = plan_tools(req, state.tool_parser)
     plan, grammar = output_grammar(state, plan, request_constraint(req))
     # no limit given: the server's default, capped to the context left once the prompt is known
-    names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
+    names = {"logprobs": "top_logprobs", "prompt": "messages"}
+    names |= {"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {}
     names |= grammar.names if grammar is not None else {}
     params = build_params(req, state.cfg.default_max_tokens if limit is None else limit,
                           (req.top_logprobs or 0) if req.logprobs else None, names, grammar,
@@ -313,6 +341,8 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
+    refuse_unsupported(req, "completion")
+    check_stream_options(req)
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
@@ -329,8 +359,18 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
                       echo=echo)
 
 
+def model_card(state: ServerState) -> dict:
+    return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
+            "root": state.model_name, "max_model_len": state.max_seq_len}  # never a filesystem path
+
+
 @router.get("/v1/models")
 async def models(state: StateDep) -> dict:
-    card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
-            "root": state.model_name, "max_model_len": state.max_seq_len}  # never a filesystem path
-    return {"object": "list", "data": [card]}
+    return {"object": "list", "data": [model_card(state)]}
+
+
+@router.get("/v1/models/{model:path}")  # (a hub id has a slash: "Qwen/Qwen3-8B")
+async def model(model: str, state: StateDep) -> dict:
+    """`client.models.retrieve(id)`: the served model's card, or 404 `model_not_found`."""
+    check_model(state, model)
+    return model_card(state)

@@ -29,6 +29,7 @@ _ERRORS = {
     ("post", "/v1/embeddings"): (400, 404, 500, 503),
     ("post", "/generate"): (400, 500, 503),
     **{("post", f"{v}/{op}"): (400, 404, 500, 503) for v in ("", "/v1") for op in ("tokenize", "detokenize")},
+    ("get", "/v1/models/{model}"): (404,),
     ("get", "/health"): (503,),
     ("get", "/health_generate"): (503,),
 }

@@ -3,13 +3,14 @@
 Strict types (no `"5"` for 5, no `"yes"` for true), bounded integers (so nothing overflows msgpack or
 the engine), finite floats and valid Unicode (no lone surrogates): a body either validates whole or
 is rejected with a 400 before anything is queued. Unknown fields of the OpenAI routes are accepted
-and ignored, as OpenAI's clients send fields this server lacks.
+and ignored, as OpenAI's clients send fields this server lacks, but for other servers' fields this
+one cannot honour (server/extensions.py refuses them).
 """
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from radixserve.sampling_params import MAX_LOGIT_BIAS
 
@@ -94,12 +95,44 @@ class ResponseFormat(_Strict):
     json_schema: JsonSchemaFormat | None = None
 
 
+JsonSchemaText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]  # a schema as JSON text
+Choices = Annotated[list[Text], Field(min_length=1, max_length=1024)]
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's `structured_outputs`: one constraint of `json`, `regex`, `choice`, `grammar`,
+    `json_object`. Its options that this server's grammars already follow are accepted; a key it
+    does not know (or cannot honour: `structural_tag`, `whitespace_pattern`) is a 400."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: dict[str, Any] | JsonSchemaText | None = Field(None, alias="json")
+    regex: Grammar | None = None
+    choice: Choices | None = None
+    grammar: Grammar | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False  # (JSON output here never has free whitespace)
+    disable_fallback: bool = False  # (one grammar backend: nothing to fall back to)
+    disable_additional_properties: Literal[False] = False
+    whitespace_pattern: None = None
+    structural_tag: None = None
+
+
 class ConstraintFields(_Strict):
-    """Structured output: OpenAI's `response_format`, SGLang's `regex` and `ebnf`; at most one."""
+    """Structured output: OpenAI's `response_format`, SGLang's `regex`, `ebnf` and `json_schema`
+    (JSON text), vLLM's `structured_outputs` and its older `guided_*` fields; at most one."""
 
     response_format: ResponseFormat | None = None
     regex: Grammar | None = None
     ebnf: Grammar | None = None
+    json_schema: JsonSchemaText | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | JsonSchemaText | None = None
+    guided_regex: Grammar | None = None
+    guided_choice: Choices | None = None
+    guided_grammar: Grammar | None = None
+    guided_decoding_backend: Literal["auto", "xgrammar"] | None = None  # the one backend here
+    guided_whitespace_pattern: None = None
 
 
 class FunctionCall(_Strict):
@@ -174,11 +207,14 @@ class CompletionRequest(SamplingFields, ConstraintFields):
 
 
 class GenerateSampling(_Strict):
-    """`/generate`'s `sampling_params`: the fields of `SamplingParams`, with its defaults."""
+    """`/generate`'s `sampling_params`: the fields of `SamplingParams`, with its defaults, or
+    SGLang's names for them (`max_new_tokens`, `min_new_tokens`, `sampling_seed`; a gateway
+    built for SGLang sends those). SGLang's options this server cannot honour are accepted only
+    at the value that changes nothing."""
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int = Field(16, ge=1, le=MAX_INT32)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # None: 16
     temperature: float = Field(0.0, ge=0.0, le=100.0)
     top_k: int = Field(-1, ge=-1, le=MAX_INT32)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -199,17 +235,45 @@ class GenerateSampling(_Strict):
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    # SGLang's names
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    min_new_tokens: int | None = Field(None, ge=0, le=MAX_INT32)
+    sampling_seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stream_interval: int | None = Field(None, ge=1)  # (every token is streamed)
+    # refused unless at the value that changes nothing (server/extensions.py)
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
+    stop_regex: Text | list[Text] | None = None
+    structural_tag: Any = None
+    custom_params: dict[str, Any] | None = None
 
 
 class GenerateRequest(_Strict):
-    """Native `/generate`: text or token ids in, token ids and text out."""
+    """Native `/generate`: text or token ids in, token ids and text out; SGLang's request fields
+    beside them."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: Prompt | None = None
-    input_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
+    # one prompt, or a batch of them (SGLang's: the answer is then a list)
+    text: Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_PROMPTS)] | None = None
+    input_ids: (Annotated[list[TokenId], Field(min_length=1)]
+                | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+                | None) = None
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False
+    model: Text | None = None
+    rid: Annotated[str, Field(max_length=128), AfterValidator(_unicode)] | None = None  # meta_info.id
+    return_text_in_logprobs: bool = False
+    # refused unless at the value that changes nothing (server/extensions.py)
+    return_logprob: bool | None = None
+    top_logprobs_num: int | None = None
+    logprob_start_len: int | None = None
+    return_hidden_states: bool | None = None
+    lora_path: Text | None = None
+    session_params: dict[str, Any] | None = None
+    custom_logit_processor: Text | None = None
+    image_data: Any = None
 
 
 class TokenizeRequest(_Strict):
@@ -274,7 +338,39 @@ class ResponseFunctionCallOutput(_Strict):
     status: ItemStatus | None = None
 
 
-ResponseInputItem = ResponseInputMessage | ResponseFunctionCall | ResponseFunctionCallOutput
+class ReasoningText(_Strict):
+    type: Literal["reasoning_text", "summary_text"]
+    text: Text
+
+
+class ResponseReasoningItem(_Strict):
+    """An earlier turn's `reasoning` item, given back in `input` (as a response returned it): its
+    text is the next assistant turn's thinking. `encrypted_content` is another server's and stays
+    unread."""
+
+    type: Literal["reasoning"]
+    id: Text | None = None
+    summary: list[ReasoningText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: Text | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+def _item_type(item: Any) -> str | None:
+    """The item's `type`: a message may leave it out (OpenAI's short form `{"role", "content"}`)."""
+    if isinstance(item, dict):
+        return item.get("type", "message")
+    return getattr(item, "type", None)
+
+
+# tagged by `type`, so an item of another type is refused naming the types this server takes
+ResponseInputItem = Annotated[
+    Annotated[ResponseInputMessage, Tag("message")] | Annotated[ResponseFunctionCall, Tag("function_call")]
+    | Annotated[ResponseFunctionCallOutput, Tag("function_call_output")]
+    | Annotated[ResponseReasoningItem, Tag("reasoning")],
+    Discriminator(_item_type, custom_error_type="invalid_item",
+                  custom_error_message="the item's type must be message, function_call, function_call_output "
+                                       "or reasoning (this server stores nothing an item_reference could name)")]
 
 
 class ResponseFunctionTool(FunctionDefinition):

@@ -23,6 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from radixserve.postprocess.chat_output import ChatOutput
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
+from radixserve.server.extensions import refuse_unsupported
 from radixserve.server.openai_api import (
     build_params,
     chat_messages,
@@ -34,6 +35,7 @@ from radixserve.server.protocol import (
     ChatCompletionRequest,
     ResponseFunctionCall,
     ResponseFunctionCallOutput,
+    ResponseReasoningItem,
     ResponsesRequest,
     SamplingFields,
 )
@@ -63,7 +65,12 @@ def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     if isinstance(req.input, str):
         messages.append({"role": "user", "content": req.input})
     else:
+        thinking: str | None = None  # a reasoning item's text, for the assistant turn after it
         for m in req.input:
+            if isinstance(m, ResponseReasoningItem):
+                parts = m.content if m.content is not None else m.summary
+                thinking = (thinking or "") + "".join(p.text for p in parts)
+                continue
             if isinstance(m, ResponseFunctionCall):  # calls after an assistant's text: one turn
                 call = {"id": m.call_id, "type": "function",
                         "function": {"name": m.name, "arguments": m.arguments}}
@@ -76,6 +83,8 @@ def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             else:
                 content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content)
                 messages.append({"role": m.role, "content": content})
+            if thinking is not None and messages[-1]["role"] == "assistant":
+                messages[-1]["reasoning_content"], thinking = thinking, None
     # vLLM's way: the chat's other sampling fields (top_k, seed, stop, ignore_eos, ...) as extras
     extras = {k: v for k, v in (req.model_extra or {}).items() if k in _CHAT_SAMPLING}
     fields: dict[str, Any] = extras | {"model": req.model, "messages": messages, "stream": req.stream,
@@ -136,8 +145,8 @@ class _Shape:
         if c is not None:
             body["usage"] = {"input_tokens": c.prompt_tokens, "output_tokens": c.completion_tokens,
                              "total_tokens": c.prompt_tokens + c.completion_tokens,
-                             # not counted here; present because clients read them
-                             "input_tokens_details": {"cached_tokens": 0},
+                             "input_tokens_details": {"cached_tokens": c.cached_tokens},
+                             # not counted here; present because clients read it
                              "output_tokens_details": {"reasoning_tokens": 0}}
         return body
 
@@ -158,14 +167,14 @@ def _status(finish_reason: str | None) -> str:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
-def _output(shape: _Shape, out: ChatOutput, status: str) -> list[dict]:
-    """The reasoning (if any), the message (unless only calls came), then each call."""
+def _output(shape: _Shape, out: ChatOutput, status: str, forced: bool = False) -> list[dict]:
+    """The reasoning (if any), the message (unless only calls came), then each call; in the order
+    the stream sends them, so a forced call's text (what max_tokens cut) comes after its calls."""
     msg = out.message()
     items = [shape.reasoning(msg["reasoning_content"])] if msg.get("reasoning_content") else []
-    calls = msg.get("tool_calls") or []
-    if msg["content"] or not calls:
-        items.append(shape.message(msg["content"] or "", status))
-    return items + [shape.call(c) for c in calls]
+    calls = [shape.call(c) for c in msg.get("tool_calls") or []]
+    message = [shape.message(msg["content"] or "", status)] if msg["content"] or not calls else []
+    return items + (calls + message if forced else message + calls)
 
 
 def _constraint(req: ResponsesRequest) -> Constraint | None:
@@ -181,6 +190,7 @@ def _constraint(req: ResponsesRequest) -> Constraint | None:
 @router.post("/v1/responses")
 async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
+    refuse_unsupported(req, "responses")
     chat = _chat_request(req)
     try:
         plan = plan_tools(chat, state.tool_parser)
@@ -188,7 +198,9 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
         raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
     plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
     limit = chat.max_tokens
-    names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
+    # the conversation is the request's `input`, however the engine or the prompt's bound names it
+    names = {"max_tokens": "max_output_tokens", "prompt": "input", "messages": "input"}
+    names |= grammar.names if grammar is not None else {}
     params = build_params(chat, state.cfg.default_max_tokens if limit is None else limit, None, names,
                           grammar, state.request_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), tools=plan.tools_json,
@@ -200,7 +212,7 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
         out = plan.new_output()
         out.feed(c.text, final=True)
         status = _status(c.finish_reason)
-        return shape.response(status, _output(shape, out, status), c)
+        return shape.response(status, _output(shape, out, status, plan.forced), c)
     first = await d.start(raw)
     if first is None:
         return Response(status_code=204)  # the client is gone: nobody reads this

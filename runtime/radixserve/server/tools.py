@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from radixserve.postprocess.auto_tool_parsers import AUTO_PARSERS
 from radixserve.postprocess.chat_output import ChatOutput
@@ -58,13 +59,40 @@ def parameters(f: FunctionDefinition) -> dict:
     return NO_PARAMETERS if f.parameters is None else f.parameters
 
 
+# keywords whose values are data, not schemas: a `$ref` key inside them is not a reference
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def rebase_refs(schema: Any, base: str) -> Any:
+    """`schema` moved to the JSON pointer `base` of a larger document: each local reference
+    (`#`, `#/$defs/Point`, `#/properties/a`) now points under `base`. Anchors and remote
+    references are kept."""
+    if isinstance(schema, list):
+        return [rebase_refs(s, base) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
+            out[k] = base + v[1:]
+        elif k in _DATA_KEYWORDS:
+            out[k] = v
+        else:
+            out[k] = rebase_refs(v, base)
+    return out
+
+
 def required_calls_schema(tools: list[Tool], parallel: bool) -> dict:
     """An array of `{"name": <one of the functions>, "parameters": <its schema>}`, at least one
-    (exactly one without `parallel_tool_calls`)."""
+    (exactly one without `parallel_tool_calls`). NOTE: each function's schema sits in the
+    document's `$defs`, its local references rebased there, so a `$ref` to its own `$defs` (as
+    pydantic writes nested models) still resolves once nested under the array."""
+    defs = {f"tool_{i}": rebase_refs(parameters(t.function), f"#/$defs/tool_{i}") for i, t in enumerate(tools)}
     calls = [{"type": "object", "properties": {"name": {"type": "string", "enum": [t.function.name]},
-                                               "parameters": parameters(t.function)},
-              "required": ["name", "parameters"], "additionalProperties": False} for t in tools]
-    schema: dict = {"type": "array", "items": calls[0] if len(calls) == 1 else {"anyOf": calls}, "minItems": 1}
+                                               "parameters": {"$ref": f"#/$defs/tool_{i}"}},
+              "required": ["name", "parameters"], "additionalProperties": False} for i, t in enumerate(tools)]
+    schema: dict = {"type": "array", "items": calls[0] if len(calls) == 1 else {"anyOf": calls}, "minItems": 1,
+                    "$defs": defs}
     if not parallel:
         schema["maxItems"] = 1
     return schema

@@ -104,7 +104,7 @@ class DetokenizeManager:
         if out.embedding is not None:  # an embedding: no token, nothing to decode
             self.finish(out.uid)
             return UserReply(out.uid, "", [], True, out.finish_reason, out.prompt_tokens, 0,
-                             embedding=out.embedding), False
+                             embedding=out.embedding, cached_tokens=out.cached_tokens), False
         s.ids.append(out.token_id)
         text = self._new_text(s, final=out.finished)
         # before min_tokens no stop string counts; one that began before it is not matched after
@@ -121,7 +121,12 @@ class DetokenizeManager:
             prompt_tokens=out.prompt_tokens,
             completion_tokens=len(s.ids),
             logprobs=[self._logprob(out)] if s.want_logprobs else None,
+            cached_tokens=out.cached_tokens,
         )
+        if stopped:
+            reply.matched_stop = s.stop.matched
+        elif out.finished and out.finish_reason == "stop":
+            reply.matched_stop = out.token_id
         if out.prompt_logprobs is not None:
             reply.prompt_logprobs, reply.prompt_text = self._prompt_logprobs(out.prompt_logprobs)
         if finished:

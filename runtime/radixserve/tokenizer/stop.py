@@ -7,6 +7,7 @@ class StopStringMatcher:
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s for s in stops if s]
         self.held = ""
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Add `text`; return (what is safe to emit now, whether a stop string matched).
@@ -17,8 +18,9 @@ class StopStringMatcher:
         buf = self.held + text
         hits = [(i + len(s), i) for s in self.stops if (i := buf.find(s)) >= 0]
         if hits:
-            self.held = ""
-            return buf[: min(hits)[1]], True
+            end, start = min(hits)
+            self.held, self.matched = "", buf[start:end]
+            return buf[:start], True
         keep = self._longest_partial(buf)
         self.held = buf[len(buf) - keep:] if keep else ""
         return buf[: len(buf) - keep], False
