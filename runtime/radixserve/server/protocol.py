@@ -353,7 +353,7 @@ class ResponseReasoningItem(_Strict):
     summary: list[ReasoningText] = Field(default_factory=list)
     content: list[ReasoningText] | None = None
     encrypted_content: Text | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    status: ItemStatus | None = None
 
 
 def _item_type(item: Any) -> str | None:
