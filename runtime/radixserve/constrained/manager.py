@@ -5,7 +5,8 @@ A constrained request (`SamplingParams.json_schema`, `regex` or `ebnf`) waits he
 shared with every request of the same grammar), outside the scheduler's queue, so it holds no KV
 and blocks nobody. `admit` then gives it a matcher (the scheduler queues it like any other
 request) or fails it with a `RequestFailure` naming the field (HTTP 400). In a batch, the
-scheduler masks the logits of its constrained rows before sampling (`mask`); each token read back
+scheduler masks the logits of its constrained rows before sampling (`mask`, which names the rows
+whose grammar allows no token at all: they fail, alone); each token read back
 advances the request's matcher, and a terminated matcher (grammar complete, then the model's EOS)
 finishes the request with "stop".
 
@@ -78,5 +79,6 @@ class GrammarManager:
                 ready.append(req)
         return ready, failed
 
-    def mask(self, logits: torch.Tensor, rows: list[tuple[int, GrammarState]]) -> None:
-        self.masker.apply(logits, rows)
+    def mask(self, logits: torch.Tensor, rows: list[tuple[int, GrammarState]]) -> list[int]:
+        """Mask the constrained rows of `logits`; the row indices whose grammar allows no token."""
+        return self.masker.apply(logits, rows)
