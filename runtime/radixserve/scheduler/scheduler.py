@@ -223,7 +223,9 @@ class Scheduler:
     @torch.inference_mode()
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
-        decoding = [r for r in self.running if r.prefill_done]
+        # (an embedding request is done once its prompt is: it never decodes, not even riding
+        # along after it finished, so it needs no KV slot past its prompt)
+        decoding = [r for r in self.running if r.prefill_done and not r.params.embed]
         budget = self.prefill_length
         if self.cfg.mixed_chunk:  # the decode tokens ride in the prefill batch's token budget
             budget -= len(decoding)
