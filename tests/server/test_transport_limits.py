@@ -136,3 +136,38 @@ def test_a_request_whose_client_left_is_logged_499(server) -> None:
     s.close()
     line = _access_line(server, "left-a-request")
     assert " 499 client closed" in line, line
+
+
+def test_connections_send_without_nagle_delay() -> None:
+    """A listening socket bound with protocol number 0 (as the CLI binds it) gives connections
+    asyncio leaves with Nagle's algorithm on; the server's protocol turns it off on each one."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from radixserve.server.http_protocol import header_timeout_protocol
+
+    async def app(scope, receive, send) -> None:
+        raise AssertionError("no request is sent")
+
+    async def run() -> int:
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        config.load()
+        state = ServerState()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        factory = header_timeout_protocol(5.0)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: factory(config=config, server_state=state, app_state={}), sock=listener)
+        try:
+            _, writer = await asyncio.open_connection(*listener.getsockname())
+            while not state.connections:
+                await asyncio.sleep(0.01)
+            (conn,) = state.connections
+            nodelay = conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            writer.close()
+            return nodelay
+        finally:
+            server.close()
+
+    assert asyncio.run(run()) != 0

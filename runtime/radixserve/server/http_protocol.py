@@ -1,12 +1,18 @@
 """uvicorn's h11 protocol with a header timeout: a connection must send a request's whole header
 block within `header_timeout_s` of opening (or of its first byte after a keep-alive pause), else it
 is closed. uvicorn bounds only the idle time between requests (`timeout_keep_alive`), so without
-this hundreds of connections that send no or half a header block are held forever (slowloris)."""
+this hundreds of connections that send no or half a header block are held forever (slowloris).
+
+Every connection also sends with TCP_NODELAY. asyncio sets it only on sockets whose protocol
+number says TCP, and the CLI binds the listening socket itself (protocol 0), so its connections
+had Nagle's algorithm on: a response's body waited for the client's delayed ACK of its headers,
+40 ms on every request of a keep-alive connection, and a stream's small events were held alike."""
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
+import socket
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -21,6 +27,9 @@ class HeaderTimeoutProtocol(H11Protocol):
         self.header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
         self._arm()
 
