@@ -14,11 +14,12 @@ from fastapi import APIRouter, Request
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Dispatch, usage
 from radixserve.server.errors import APIError
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import check_model, prompt_list, reject_empty
 from radixserve.server.protocol import MAX_N, EmbeddingRequest
 from radixserve.server.state import StateDep
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 def _shape(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:

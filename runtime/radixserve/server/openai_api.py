@@ -17,6 +17,7 @@ from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.protocol import (
     MAX_N,
     ChatCompletionRequest,
@@ -28,7 +29,8 @@ from radixserve.server.state import ServerState, StateDep
 from radixserve.server.structured_output import Constraint, request_constraint
 from radixserve.server.tools import ToolPlan, plan_tools
 
-router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
+# the API key is checked by `AuthMiddleware`, before the body is read
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 def unset_defaults(req: BaseModel, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from radixserve.postprocess.chat_output import ChatOutput
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import (
     build_params,
     chat_messages,
@@ -41,7 +42,7 @@ from radixserve.server.state import ServerState, StateDep
 from radixserve.server.structured_output import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.tools import plan_tools
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 _REFUSED = {
