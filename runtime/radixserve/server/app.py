@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.access_log import AccessLogMiddleware
@@ -99,8 +100,8 @@ def create_app(state: ServerState) -> FastAPI:
             params = SamplingParams(**fields)
         except ValueError as e:
             raise bad_value(e) from None
-        if params.json_schema is not None:
-            check_json_schema(json.loads(params.json_schema), "json_schema")
+        if params.json_schema is not None:  # (CPU work: off the event loop)
+            await run_in_threadpool(check_json_schema, json.loads(params.json_schema), "json_schema")
         d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, 1, False)
         if not req.stream:
             return _generate_result((await d.collect(raw))[0])

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
@@ -292,14 +293,18 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
     yield sse("[DONE]")
 
 
+def _chat_grammar(state: ServerState, req: ChatCompletionRequest) -> tuple[ToolPlan, Constraint | None]:
+    return output_grammar(state, plan_tools(req, state.tool_parser), request_constraint(req))
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
-    plan = plan_tools(req, state.tool_parser)
-    plan, grammar = output_grammar(state, plan, request_constraint(req))
+    # the schemas' checks are CPU work: off the event loop, which serves /health meanwhile
+    plan, grammar = await run_in_threadpool(_chat_grammar, state, req)
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs"} | ({"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {})
     names |= grammar.names if grammar is not None else {}
@@ -315,7 +320,7 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
-    grammar = request_constraint(req)
+    grammar = await run_in_threadpool(request_constraint, req)  # (a schema's check: CPU work)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
                           grammar, state.sampling_defaults)

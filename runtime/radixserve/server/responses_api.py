@@ -19,6 +19,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.postprocess.chat_output import ChatOutput
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
@@ -184,10 +185,10 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     chat = _chat_request(req)
     try:
-        plan = plan_tools(chat, state.tool_parser)
+        plan = await run_in_threadpool(plan_tools, chat, state.tool_parser)  # (schema checks: CPU)
     except APIError as e:  # the field as this route names it: no `function` level
         raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
-    plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
+    plan, grammar = output_grammar(state, plan, await run_in_threadpool(_constraint, req), "text.format")
     limit = chat.max_tokens
     names = {"max_tokens": "max_output_tokens"} | (grammar.names if grammar is not None else {})
     params = build_params(chat, state.default_max_tokens if limit is None else limit, None, names,
