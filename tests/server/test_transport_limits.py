@@ -105,6 +105,34 @@ def test_a_stalled_body_is_408() -> None:
     assert json.loads(out[1]["body"])["error"]["type"] == "invalid_request_error"
 
 
+def test_a_trickled_body_is_408() -> None:
+    """A byte every 10 ms never leaves the body idle, yet it would take hours to send: once the
+    body has had its idle time, it must average the minimum rate."""
+    from radixserve.server.body_guard import BodyGuardMiddleware
+
+    called, out = [], []
+    body = b'{"prompt": "' + b"a" * 300 + b'"}'
+
+    async def app(scope, receive, send) -> None:
+        called.append(scope)
+
+    async def receive() -> dict:
+        await asyncio.sleep(0.01)
+        i = len(out)
+        out.append(None)
+        return {"type": "http.request", "body": body[i:i + 1], "more_body": i + 1 < len(body)}
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+    asyncio.run(BodyGuardMiddleware(app, max_bytes=1 << 20, idle_s=0.2)(scope, receive, send))
+    assert not called and sent[0]["status"] == 408, sent[:1]
+    assert "the request body arrived slower than" in json.loads(sent[1]["body"])["error"]["message"]
+
+
 def _access_line(server, request_id: str) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -2,8 +2,9 @@
 
 - larger than `max_bytes`: 413, from `Content-Length` before a byte is read, else as soon as the
   bytes received pass the limit (a chunked body has no length);
-- no byte of it for `idle_s` while it is still coming: 408 (a client trickling a body holds a
-  connection and a task as long as it likes otherwise);
+- no byte of it for `idle_s` while it is still coming, or, once it has taken `idle_s`, arriving
+  slower than `MIN_BODY_RATE` on average: 408 (a client trickling a body, a byte every few
+  seconds, holds a connection and a slot of `--max-connections` as long as it likes otherwise);
 - JSON nested deeper than `MAX_JSON_DEPTH`, holding text that is not valid Unicode (in any string
   value or dictionary key) or too large in its parts (`json_checks.py`: keys in one object, items
   in one list, all of them together): 400 naming where (one validator for every route, so no
@@ -15,6 +16,7 @@ A body that passes is handed to the application as it arrived; what comes after 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -22,8 +24,14 @@ from radixserve.json_checks import MAX_JSON_DEPTH, find_problem
 from radixserve.server import json_body
 from radixserve.server.middleware import send_error
 
+MIN_BODY_RATE = 512  # bytes a second, on average, of a body past its first `idle_s` (Apache's MinRate)
+
 
 class _TooLarge(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass
 
 
@@ -58,6 +66,9 @@ class BodyGuardMiddleware:
         except asyncio.TimeoutError:
             return await send_error(send, 408, f"no byte of the request body arrived for {self.idle_s:g}s",
                                     headers=[(b"connection", b"close")])
+        except _TooSlow:
+            return await send_error(send, 408, f"the request body arrived slower than {MIN_BODY_RATE} bytes "
+                                               "a second", headers=[(b"connection", b"close")])
         if ended:
             return  # the client left while sending its body: nobody reads an answer
         if body and _is_json(scope["headers"]):
@@ -69,8 +80,20 @@ class BodyGuardMiddleware:
     async def _read(self, receive: Receive) -> tuple[bytes, bool]:
         """The whole body, and whether the client disconnected instead of finishing it."""
         chunks, size = [], 0
+        start = time.monotonic()
         while True:
-            message = await asyncio.wait_for(receive(), self.idle_s)
+            wait = self.idle_s
+            if wait is not None:  # the average rate, once the body has had `idle_s`
+                left = start + self.idle_s + size / MIN_BODY_RATE - time.monotonic()
+                if left <= 0:
+                    raise _TooSlow
+                wait = min(wait, left)
+            try:
+                message = await asyncio.wait_for(receive(), wait)
+            except asyncio.TimeoutError:
+                if wait is not None and wait < self.idle_s:
+                    raise _TooSlow from None
+                raise
             if message["type"] == "http.disconnect":
                 return b"", True
             chunk = message.get("body", b"")
