@@ -199,3 +199,46 @@ def test_connections_send_without_nagle_delay() -> None:
             server.close()
 
     assert asyncio.run(run()) != 0
+
+
+def test_a_response_nobody_reads_is_dropped(monkeypatch) -> None:
+    """A client that reads nothing of its response (its TCP window full) held the handler's send
+    forever; past the stall limit its connection is dropped and the handler sees it gone."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from radixserve.server import http_protocol
+
+    monkeypatch.setattr(http_protocol, "SEND_STALL_S", 0.5, raising=False)
+
+    async def run() -> bool:
+        finished = asyncio.Event()
+
+        async def app(scope, receive, send) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(2000):  # 128 MB: far more than any socket buffer
+                await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+            finished.set()
+
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        config.load()
+        state = ServerState()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        factory = http_protocol.header_timeout_protocol(5.0)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: factory(config=config, server_state=state, app_state={}), sock=listener)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(listener.getsockname())
+        client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+        try:
+            await asyncio.wait_for(finished.wait(), 20)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            client.close()
+            server.close()
+
+    assert asyncio.run(run()), "the handler is still blocked on a response nobody reads"
