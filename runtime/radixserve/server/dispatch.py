@@ -89,7 +89,10 @@ class Dispatch:
     async def start(self, raw: Request | None = None) -> UserReply | None:
         """Submit, and wait for the first reply so that a rejected request still gets its 4xx.
         None when the client left first (while queued or prefilling): the request is aborted."""
-        self.stream = await self.frontend.submit(self.msgs)
+        try:
+            self.stream = await self.frontend.submit(self.msgs)
+        except APIError as e:  # refused before anything was sent (the prompt's size)
+            raise self._renamed(e) from None
         try:
             first = await self._next(raw)
         except BaseException:
@@ -104,13 +107,17 @@ class Dispatch:
         try:
             return await self._wait(raw)
         except APIError as e:
-            name = self.names.get(e.param or "")
-            if name is not None:
-                assert e.param is not None
-                if e.message.startswith(e.param):  # "json_schema: could not compile …"
-                    e.message = name + e.message[len(e.param):]
-                e.param = name
-            raise
+            raise self._renamed(e) from None
+
+    def _renamed(self, e: APIError) -> APIError:
+        """`e` with its `param` as the request names the field."""
+        name = self.names.get(e.param or "")
+        if name is not None:
+            assert e.param is not None
+            if e.message.startswith(e.param):  # "json_schema: could not compile …"
+                e.message = name + e.message[len(e.param):]
+            e.param = name
+        return e
 
     async def _wait(self, raw: Request | None) -> UserReply | None:
         assert self.stream is not None

@@ -40,7 +40,7 @@ async def embeddings(req: EmbeddingRequest, raw: Request, state: StateDep) -> di
     if len(prompts) > MAX_N:
         raise APIError(400, f"input must hold at most {MAX_N} prompts, got {len(prompts)}", "input")
     params = SamplingParams(max_tokens=1, embed=True, truncate_prompt_tokens=req.truncate_prompt_tokens)
-    d = Dispatch(state.frontend, prompts, params, 1, False)
+    d = Dispatch(state.frontend, prompts, params, 1, False, {"prompt": "input"})
     choices = await d.collect(raw)
     data = []
     for c in choices:
