@@ -1,5 +1,5 @@
 """Requests too large in any part are refused cheaply, and none holds the event loop: `/health`
-answers promptly while they are read and refused, and every field the chat template renders counts
+answers promptly while they are read and refused, and every field the chat template is given counts
 toward the prompt's bound (refused by characters, messages or token ids, before tokenizing)."""
 from __future__ import annotations
 
@@ -105,8 +105,9 @@ USER = {"role": "user", "content": "hi"}
     ("tools", {"messages": [USER], "tools": [{"type": "function", "function": {"name": "f", "description": LONG}}]}),
     ("chat_template_kwargs", {"messages": [USER], "chat_template_kwargs": {"note": LONG}}),
 ])
-def test_every_field_the_template_renders_counts_toward_the_bound(server, field: str, body: dict) -> None:
-    """Refused by its characters, so before any tokenizing (a tokenizer's refusal counts tokens)."""
+def test_every_field_the_template_is_given_counts_toward_the_bound(server, field: str, body: dict) -> None:
+    """Refused by its characters, so before any tokenizing (a tokenizer's refusal counts tokens),
+    also where this model's template leaves the field out (it would be served otherwise)."""
     err = _refusal(server, "/v1/chat/completions", body | {"max_tokens": 2})
     assert err["code"] == "context_length_exceeded" and err["param"] == "messages", err
     assert "characters long" in err["message"], err

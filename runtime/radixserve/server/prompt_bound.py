@@ -1,11 +1,13 @@
 """A prompt's size checked before it is tokenized, from what the request holds: a text longer than
 the context times the most characters one token stands for (`tokenizer/bounds.py`) cannot fit,
 so it is refused at once instead of after minutes of tokenizing. For a chat that text is
-everything the chat template renders: each message's content, name, tool calls, reasoning and
-tool call id, the tools, the template's variables; and a conversation of more messages than the
-context has tokens cannot fit either (every template writes at least a token per message). Token
-ids are counted as they are. The check is a necessary condition only; the scheduler still checks
-the token count exactly."""
+everything the chat template receives: each message's content, name, tool calls, reasoning and
+tool call id, the tools, the template's variables. NOTE: a template may leave some of them out, so
+for a chat the bound is a rule, not only a necessary condition: whatever a template writes, no
+field it is given may carry more text than the context can hold (a client could otherwise send the
+template megabytes it ignores). A conversation of more messages than the context has tokens
+cannot fit (every template writes at least a token per message). Token ids are counted as they
+are. The scheduler still checks the token count exactly."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -28,7 +30,7 @@ def text_chars(value: Any) -> int:
 
 
 def chat_chars(chat: list[dict], *json_texts: str | None) -> int:
-    """What the chat template renders of a conversation: its messages' text and the JSON texts
+    """What the chat template receives of a conversation: its messages' text and the JSON texts
     beside them (tools, template variables)."""
     return text_chars(chat) + sum(len(t) for t in json_texts if t)
 
