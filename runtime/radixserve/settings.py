@@ -63,6 +63,16 @@ def _non_negative(raw: str) -> float:
     return value
 
 
+def _mebibytes(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError("must be a whole number of MiB") from None
+    if value <= 0:
+        raise ValueError("must be a positive number of MiB")
+    return value
+
+
 def _flag(raw: str) -> bool:
     low = raw.lower()
     if low in ("1", "true", "yes", "on"):
@@ -110,6 +120,16 @@ STUCK_STEP_S: EnvSetting[float] = EnvSetting(
 DISABLE_OVERLAP: EnvSetting[bool] = EnvSetting(
     "RADIXSERVE_DISABLE_OVERLAP", False, "Turn overlap scheduling off (the default of "
     "`SchedulerConfig.overlap`; `--disable-overlap` does the same).", _flag, "off (overlap on)")
+GRAMMAR_COMPILE_TIMEOUT_S: EnvSetting[float] = EnvSetting(
+    "RADIXSERVE_GRAMMAR_COMPILE_TIMEOUT_S", 30.0, "Seconds one grammar (`response_format`, "
+    "`regex`, `ebnf`, a forced tool call) may take to compile; past it the request gets a 400 "
+    "naming this limit.", _seconds)
+GRAMMAR_COMPILE_MEMORY_MB: EnvSetting[int] = EnvSetting(
+    "RADIXSERVE_GRAMMAR_COMPILE_MEMORY_MB", 2048, "MiB of memory one grammar's compilation may "
+    "use; a grammar that needs more gets a 400 naming this limit.", _mebibytes)
+GRAMMAR_CACHE_MB: EnvSetting[int] = EnvSetting(
+    "RADIXSERVE_GRAMMAR_CACHE_MB", 512, "MiB of compiled grammars the scheduler keeps for reuse "
+    "(least recently used dropped first).", _mebibytes)
 # --- model and memory ---
 CACHE_DIR: EnvSetting[Path] = EnvSetting(
     "RADIXSERVE_CACHE_DIR", _home_cache, "Where converted models (the embedded GGUF) and bench "

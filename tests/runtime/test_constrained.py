@@ -235,7 +235,7 @@ def test_a_token_the_grammar_rejects_fails_that_request_alone(path, monkeypatch)
     """The safety net behind the mask: were a forbidden token ever sampled, the request fails
     (HTTP 500) instead of emitting it, and its neighbours go on."""
     s = make(path, overlap=True)
-    monkeypatch.setattr(s.grammars, "mask", lambda logits, rows: None)  # a broken mask
+    monkeypatch.setattr(s.grammars, "mask", lambda logits, rows: [])  # a broken mask
     s.add_request(0, [5, 6, 7], SamplingParams(max_tokens=8, regex="zzzz"))
     s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=8, ignore_eos=True))
     failures, outs = [], {}

@@ -40,3 +40,18 @@ def test_embed_takes_no_generation_options() -> None:
         SamplingParams(max_tokens=5, embed=True)
     with pytest.raises(ValueError, match="^embed"):
         SamplingParams(max_tokens=1, embed=True, regex="a")
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_an_input_of_exactly_the_context_is_embedded(tiny_ckpts, page_size) -> None:
+    """An embedding generates no token, so a whole context of input fits (one more does not)."""
+    path = tiny_ckpts["qwen3"]
+    full, over = random_prompts(2, [64, 65], 300, seed=62)
+    llm = LLM(str(path), dtype="float32", device="cpu", context_length=64, page_size=page_size,
+              max_prefill_length=24)
+    (vector,) = llm.embed([full])
+    assert torch.allclose(torch.tensor(vector), hf_embedding(path, full), atol=1e-5)
+    with pytest.raises(ValueError, match=r"^prompt 0: This model's maximum context length is 64 tokens, "
+                                         r"but the input has 65 tokens"):
+        llm.embed([over])
+    llm.scheduler.check_integrity()

@@ -50,6 +50,30 @@ def test_ledger_forgets_old_tombstones() -> None:
     assert not ledger.is_finished(1) and ledger.is_finished(3)
 
 
+def test_a_flood_of_aborts_keeps_each_tombstone_cheap() -> None:
+    """Clients that leave before their prompts reach the scheduler leave a tombstone each; the
+    scheduler thread files them, so each must cost O(1) however many are alive (a scan of every
+    live one made 200,000 cost minutes of the scheduler's time)."""
+    import time
+
+    ledger = RequestLedger(ttl_s=3600.0)
+    t0 = time.monotonic()
+    for uid in range(200_000):
+        ledger.tombstone(uid)
+    assert time.monotonic() - t0 < 30, "filing tombstones scans the live ones"
+    assert len(ledger) == 200_000 and ledger.take_tombstone(0) and ledger.take_tombstone(199_999)
+
+
+def test_tombstones_expire_oldest_first() -> None:
+    ledger = RequestLedger(ttl_s=3600.0)
+    for uid in (1, 2, 3):
+        ledger.tombstone(uid)
+    ledger.tombstone(1)  # aborted again: it is now the youngest
+    ledger.ttl_s = -1.0  # everything filed before now has expired
+    ledger.tombstone(4)
+    assert len(ledger) == 1 and ledger.take_tombstone(4)
+
+
 @pytest.fixture(scope="module")
 def llm(tiny_ckpts):
     return LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu", max_kv_tokens=2048)

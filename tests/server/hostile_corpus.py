@@ -86,6 +86,52 @@ CORPUS = [
             _json({"text": "hi", "sampling_params": {"max_tokens": 2, "json_schema": "{"}})),
     Hostile("chat template kwargs deep", "/v1/chat/completions",
             _json(CHAT | {"chat_template_kwargs": json.loads(deep_json(60))})),
+    # grammars that admit no output, or die after a choice, and schemas past the size limit
+    Hostile("ebnf admits nothing", "/v1/completions", _json(COMPLETION | {"ebnf": "root ::= root"})),
+    Hostile("ebnf admits nothing, sampled", "/v1/completions",
+            _json(COMPLETION | {"ebnf": "root ::= a\na ::= b\nb ::= a", "temperature": 1.0})),
+    Hostile("regex of an empty class", "/v1/completions", _json(COMPLETION | {"regex": r"[^\s\S]"})),
+    Hostile("pattern no string matches", "/v1/chat/completions", _json(CHAT | {"temperature": 1.0, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "string", "pattern": r"[^\s\S]"}}}})),
+    Hostile("dead end after a choice", "/v1/completions",
+            _json(COMPLETION | {"max_tokens": 4, "ebnf": 'root ::= ("a" | "b") x\nx ::= [^\\0-\\U0010ffff]'})),
+    Hostile("dead end after a choice, streamed", "/v1/completions", _json(COMPLETION | {
+        "max_tokens": 4, "stream": True, "temperature": 1.0, "ebnf": 'root ::= ("a" | "b") x\nx ::= [^\\0-\\U0010ffff]'})),
+    Hostile("forced call of dead parameters", "/v1/chat/completions", _json(CHAT | {
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "string", "pattern": r"[^\s\S]"}},
+            "required": ["a"], "additionalProperties": False}}}], "tool_choice": "required"})),
+    Hostile("empty enum", "/generate", _json({"text": "hi", "sampling_params": {"max_tokens": 2, "json_schema": '{"enum": []}'}})),
+    Hostile("min above max", "/v1/chat/completions", _json(CHAT | {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "a", "schema": {"type": "integer", "minimum": 10, "maximum": 1}}}})),
+    Hostile("schema of 20,000 nodes", "/v1/chat/completions", _json(CHAT | {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "properties": {
+            f"p{i}": {"type": "array", "items": {"type": "object"}} for i in range(4000)},
+            "$defs": {f"d{i}": {"type": "array", "items": {"type": "object"}} for i in range(4000)},
+            "anyOf": [{"type": "object"} for _ in range(4000)]}}}})),
+    Hostile("unknown metaschema URL", "/v1/chat/completions", _json(CHAT | {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"$schema": "http://192.0.2.1/s", "type": "object"}}}})),
+    # sizes every later step pays for, and fields of the chat template past the context
+    Hostile("5,000 keys", "/v1/completions", _json(COMPLETION | {"logit_bias": {str(i): 1 for i in range(5000)}})),
+    Hostile("20,000 stop strings", "/v1/completions", _json(COMPLETION | {"stop": ["x"] * 20_000})),
+    Hostile("20,000 prompts", "/v1/completions", _json(COMPLETION | {"prompt": ["hi"] * 20_000})),
+    Hostile("3 million token ids", "/v1/embeddings", _json(EMBED | {"input": [[5] * 1_000_000] * 3})),
+    Hostile("20,000 empty messages", "/v1/chat/completions",
+            _json(CHAT | {"messages": [{"role": "user", "content": ""}] * 20_000})),
+    Hostile("2,000 empty messages", "/tokenize", _json({"messages": [{"role": "user", "content": ""}] * 2000})),
+    Hostile("token ids past the context", "/generate", _json({"input_ids": [5] * 5000})),
+    Hostile("long name", "/v1/chat/completions", _json(CHAT | {"messages": [{"role": "user", "content": "hi",
+                                                                              "name": "n" * 60_000}]})),
+    Hostile("long tool description", "/v1/chat/completions", _json(CHAT | {"tools": [
+        {"type": "function", "function": {"name": "f", "description": "d" * 60_000}}]})),
+    Hostile("long template variable", "/v1/chat/completions", _json(CHAT | {"chat_template_kwargs": {"x": "v" * 60_000}})),
+    Hostile("responses of 20,000 items", "/v1/responses", _json(RESPONSE | {
+        "input": [{"role": "user", "content": "hi"}] * 20_000})),
+    Hostile("deep tool call arguments", "/v1/chat/completions", _json(CHAT | {"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 3000 + "]" * 3000}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "x"}]})),
+    Hostile("embedding of the whole context", "/v1/embeddings", _json(EMBED | {"input": [[5] * 1024]})),
     # earlier findings, kept
     Hostile("huge max_tokens", "/v1/completions", _json(COMPLETION | {"max_tokens": 2**64})),
     Hostile("NaN temperature", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "temperature": NaN}'),

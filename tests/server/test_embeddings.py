@@ -66,3 +66,18 @@ def test_bad_requests_name_the_field(server, body, param) -> None:
                    json=body, timeout=60)
     assert r.status_code in (400, 404), r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_an_input_of_the_whole_context_is_embedded(server, client, tiny_model) -> None:
+    """No completion token is reserved for an embedding: the context's length fits, one more not."""
+    context = client.models.list().data[0].model_extra["max_model_len"]
+    ids = [(7 * i) % 300 + 3 for i in range(context)]
+    out = client.embeddings.create(model="tiny", input=[ids], encoding_format="float")
+    assert torch.allclose(torch.tensor(out.data[0].embedding), _hf_embeddings(tiny_model, [ids])[0], atol=1e-4)
+    assert out.usage.prompt_tokens == context
+    r = httpx.post(f"{server.base}/v1/embeddings", headers={"Authorization": f"Bearer {API_KEY}"},
+                   json={"input": [ids + [5]]}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "input", err
+    assert f"has {context + 1} tokens" in err["message"], err

@@ -105,6 +105,34 @@ def test_a_stalled_body_is_408() -> None:
     assert json.loads(out[1]["body"])["error"]["type"] == "invalid_request_error"
 
 
+def test_a_trickled_body_is_408() -> None:
+    """A byte every 10 ms never leaves the body idle, yet it would take hours to send: once the
+    body has had its idle time, it must average the minimum rate."""
+    from radixserve.server.body_guard import BodyGuardMiddleware
+
+    called, out = [], []
+    body = b'{"prompt": "' + b"a" * 300 + b'"}'
+
+    async def app(scope, receive, send) -> None:
+        called.append(scope)
+
+    async def receive() -> dict:
+        await asyncio.sleep(0.01)
+        i = len(out)
+        out.append(None)
+        return {"type": "http.request", "body": body[i:i + 1], "more_body": i + 1 < len(body)}
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+    asyncio.run(BodyGuardMiddleware(app, max_bytes=1 << 20, idle_s=0.2)(scope, receive, send))
+    assert not called and sent[0]["status"] == 408, sent[:1]
+    assert "the request body arrived slower than" in json.loads(sent[1]["body"])["error"]["message"]
+
+
 def _access_line(server, request_id: str) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -143,3 +171,81 @@ def test_a_request_whose_client_left_is_logged_499(server) -> None:
     s.close()
     line = _access_line(server, "left-a-request")
     assert " 499 client closed" in line, line
+
+
+def test_connections_send_without_nagle_delay() -> None:
+    """A listening socket bound with protocol number 0 (as the CLI binds it) gives connections
+    asyncio leaves with Nagle's algorithm on; the server's protocol turns it off on each one."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from radixserve.server.http_protocol import header_timeout_protocol
+
+    async def app(scope, receive, send) -> None:
+        raise AssertionError("no request is sent")
+
+    async def run() -> int:
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        config.load()
+        state = ServerState()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        factory = header_timeout_protocol(5.0)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: factory(config=config, server_state=state, app_state={}), sock=listener)
+        try:
+            _, writer = await asyncio.open_connection(*listener.getsockname())
+            while not state.connections:
+                await asyncio.sleep(0.01)
+            (conn,) = state.connections
+            nodelay = conn.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            writer.close()
+            return nodelay
+        finally:
+            server.close()
+
+    assert asyncio.run(run()) != 0
+
+
+def test_a_response_nobody_reads_is_dropped(monkeypatch) -> None:
+    """A client that reads nothing of its response (its TCP window full) held the handler's send
+    forever; past the stall limit its connection is dropped and the handler sees it gone."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from radixserve.server import http_protocol
+
+    monkeypatch.setattr(http_protocol, "SEND_STALL_S", 0.5, raising=False)
+
+    async def run() -> bool:
+        finished = asyncio.Event()
+
+        async def app(scope, receive, send) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(2000):  # 128 MB: far more than any socket buffer
+                await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+            finished.set()
+
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        config.load()
+        state = ServerState()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        factory = http_protocol.header_timeout_protocol(5.0)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: factory(config=config, server_state=state, app_state={}), sock=listener)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(listener.getsockname())
+        client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+        try:
+            await asyncio.wait_for(finished.wait(), 20)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            client.close()
+            server.close()
+
+    assert asyncio.run(run()), "the handler is still blocked on a response nobody reads"

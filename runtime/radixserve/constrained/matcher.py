@@ -11,6 +11,7 @@ class GrammarState:
 
         self.matcher = xgr.GrammarMatcher(compiled)
         self.param = param  # the SamplingParams field that gave the grammar
+        self.dead_end = False  # it allowed no token at all when last masked: the request fails
 
     def accept(self, token: int) -> bool:
         """Advance by one sampled token; False if the grammar forbids it (the mask makes that a

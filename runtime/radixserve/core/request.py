@@ -50,6 +50,7 @@ class Req:
 
     @property
     def reserve_len(self) -> int:
-        """Slots the request can ever need: prompt + every token it may generate. Reserved at
-        admission so decoding can never run out of KV (no preemption, no deadlock)."""
-        return self.prompt_len + self.params.max_tokens
+        """Slots the request can ever need: prompt + every token it may generate (an embedding
+        generates none). Reserved at admission so decoding can never run out of KV (no
+        preemption, no deadlock)."""
+        return self.prompt_len + (0 if self.params.embed else self.params.max_tokens)

@@ -22,6 +22,9 @@ class SampleResult(NamedTuple):
     chosen_logprob: torch.Tensor | None = None  # [bs] float32, when any request asked for logprobs
     top_ids: torch.Tensor | None = None  # [bs, K] best tokens, K = the largest count asked for
     top_logprobs: torch.Tensor | None = None  # [bs, K]
+    # [bs] bool, rows that had nothing to sample from (NaN, +inf, or -inf throughout): their
+    # tokens are meaningless; None where no row was checked (the greedy fast path cannot fail)
+    invalid: torch.Tensor | None = None
 
 
 def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
@@ -112,6 +115,11 @@ class Sampler:
                 logits[i] = apply_penalties(logits[i], req)
             if req.params.logit_bias or req.params.min_tokens:
                 apply_bias_and_min_tokens(logits[i], req, self.eos_ids)
+        # a row with no valid value would make multinomial fail (on CUDA, a device assert that
+        # ends the process): it is sampled as uniform instead, and its request fails alone
+        invalid = (torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1)
+                   | torch.isneginf(logits).all(-1))
+        logits.masked_fill_(invalid[:, None], 0.0)
         want_lp = [r.params.logprobs for r in reqs if r.params.logprobs is not None]
         logp = torch.log_softmax(logits, -1) if want_lp else None
         tokens = logits.argmax(-1)
@@ -125,7 +133,7 @@ class Sampler:
         if store is not None:
             store_tokens_ref(tokens, store)
         if logp is None:
-            return SampleResult(tokens)
+            return SampleResult(tokens, invalid=invalid)
         top = torch.topk(logp, max(want_lp), dim=-1)
         chosen = logp.gather(1, tokens[:, None])[:, 0]
-        return SampleResult(tokens, chosen, top.indices, top.values)
+        return SampleResult(tokens, chosen, top.indices, top.values, invalid)

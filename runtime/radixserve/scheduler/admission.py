@@ -51,6 +51,16 @@ def check_request(input_ids: list[int], params: SamplingParams, limits: Limits,
             raise AdmissionError(f"min_tokens: {params.min_tokens} exceeds the {cap} tokens the "
                                  "context leaves after the prompt", "min_tokens")
         params = dataclasses.replace(params, max_tokens=cap)
+    if params.embed:  # its answer is the prompt's last hidden state: no token is generated
+        if n_in > limits.max_seq_len:
+            raise AdmissionError(
+                f"This model's maximum context length is {limits.max_seq_len} tokens, but the "
+                f"input has {n_in} tokens. Shorten it (or set truncate_prompt_tokens).",
+                "input", "context_length_exceeded")
+        if n_in > limits.kv_capacity:
+            raise AdmissionError(f"input: its {n_in} tokens exceed the KV cache capacity "
+                                 f"{limits.kv_capacity} tokens", "input")
+        return params
     total = n_in + params.max_tokens
     if total > limits.max_seq_len:
         raise AdmissionError(

@@ -33,9 +33,14 @@ class RequestLedger:
 
     def tombstone(self, uid: int) -> None:
         now = time.monotonic()
-        expired = [u for u, t in self._tombstones.items() if now - t > self.ttl_s]
-        for u in expired:
-            del self._tombstones[u]
+        # oldest first (a dict keeps insertion order): only the expired are touched, so a flood of
+        # aborts costs each one O(1), not a scan of every tombstone younger than the TTL
+        while self._tombstones:
+            oldest, at = next(iter(self._tombstones.items()))
+            if now - at <= self.ttl_s:
+                break
+            del self._tombstones[oldest]
+        self._tombstones.pop(uid, None)  # (re-inserted last: the order stays the age order)
         self._tombstones[uid] = now
 
     def take_tombstone(self, uid: int) -> bool:

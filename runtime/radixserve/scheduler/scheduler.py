@@ -226,7 +226,9 @@ class Scheduler:
     @torch.inference_mode()
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
-        decoding = [r for r in self.running if r.prefill_done]
+        # (an embedding request is done once its prompt is: it never decodes, not even riding
+        # along after it finished, so it needs no KV slot past its prompt)
+        decoding = [r for r in self.running if r.prefill_done and not r.params.embed]
         budget = self.prefill_length
         if self.cfg.mixed_chunk:  # the decode tokens ride in the prefill batch's token budget
             budget -= len(decoding)
@@ -277,7 +279,8 @@ class Scheduler:
         masked = [(i, r.grammar) for i in emits
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
-            self.grammars.mask(logits, masked)
+            for i in self.grammars.mask(logits, masked):  # its token is discarded: it fails
+                items[i][0].grammar.dead_end = True
         # the sampled token is the next step's input: it stays on the device
         cap = self.table.max_seq_len - 1  # a request that rides along past its end (overlap)
         store = (TokenStore(self.table.token_pool, batch.req_rows, batch.seq_lens, cap)
@@ -302,6 +305,7 @@ class Scheduler:
         vectors = ({} if fl.embeds is None
                    else dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())))
         tokens = res.tokens.tolist()
+        invalid = res.invalid.tolist() if res.invalid is not None else None
         outputs: list[TokenOutput] = []
         for i in fl.emits:
             req = fl.items[i][0]
@@ -311,6 +315,15 @@ class Scheduler:
                 outputs.append(TokenOutput(req.uid, -1, True, "stop", prompt_tokens=req.prompt_len,
                                            embedding=vectors[req], cached_tokens=req.prefix_hit))
                 self._finish(req)
+                continue
+            if invalid is not None and invalid[i]:
+                self._fail(req, "internal error: the model's logits for this request held no valid "
+                                "value (NaN or infinity)", None, 500)
+                continue
+            if req.grammar is not None and req.grammar.dead_end:
+                param = req.grammar.param
+                self._fail(req, f"{param}: the grammar allows no token after the "
+                                f"{len(req.output_ids)} generated: no output can complete it", param)
                 continue
             tok = tokens[i]
             req.output_ids.append(tok)
@@ -341,8 +354,13 @@ class Scheduler:
     def _fail_grammar(self, req: Req, tok: int) -> None:
         param = req.grammar.param
         logger.error("grammar: request %d sampled token %d, which its %s forbids", req.uid, tok, param)
-        self._failures.append(RequestFailure(
-            req.uid, f"{param}: internal error: a sampled token broke the grammar", param, 500))
+        self._fail(req, f"{param}: internal error: a sampled token broke the grammar", param, 500)
+
+    def _fail(self, req: Req, message: str, param: str | None, status: int = 400) -> None:
+        """The request alone fails after admission (`take_failures`); the others run on."""
+        if status >= 500:
+            logger.error("request %d failed: %s", req.uid, message)
+        self._failures.append(RequestFailure(req.uid, message, param, status))
         self._finish(req)
 
     def _finish_reason(self, req: Req, tok: int) -> str | None:

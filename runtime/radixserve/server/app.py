@@ -16,6 +16,7 @@ from radixserve.server.dispatch import Dispatch, Prompt
 from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, error_body, install_error_handlers
 from radixserve.server.generate_api import router as generate_router
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
 from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
@@ -42,6 +43,7 @@ def create_app(state: ServerState) -> FastAPI:
         yield
 
     app = FastAPI(title="radixserve", lifespan=lifespan)
+    app.router.route_class = ParsedJsonRoute  # (its own routes below read the guard's parse too)
     app.state.server = state
     install_error_handlers(app)
     app.include_router(openai_router)

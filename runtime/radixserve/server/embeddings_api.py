@@ -14,11 +14,12 @@ from fastapi import APIRouter, Request
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Dispatch, usage
 from radixserve.server.errors import APIError
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import check_model, prompt_list, reject_empty
 from radixserve.server.protocol import MAX_N, EmbeddingRequest
 from radixserve.server.state import StateDep
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 def _shape(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
@@ -39,7 +40,7 @@ async def embeddings(req: EmbeddingRequest, raw: Request, state: StateDep) -> di
     if len(prompts) > MAX_N:
         raise APIError(400, f"input must hold at most {MAX_N} prompts, got {len(prompts)}", "input")
     params = SamplingParams(max_tokens=1, embed=True, truncate_prompt_tokens=req.truncate_prompt_tokens)
-    d = Dispatch(state.frontend, prompts, params, 1, False)
+    d = Dispatch(state.frontend, prompts, params, 1, False, {"prompt": "input"})
     choices = await d.collect(raw)
     data = []
     for c in choices:

@@ -122,7 +122,8 @@ class Frontend:
             raise APIError(503, f"the server is failing: {self.failure}")
         if self.prompt_bound is not None:  # before any tokenizing: a 40 MB prompt costs minutes
             for m in msgs:
-                self.prompt_bound.check(m.text, m.chat)
+                self.prompt_bound.check(m.text, m.chat, m.input_ids, m.tools, m.template_kwargs,
+                                        m.params.truncate_prompt_tokens)
         try:  # all or nothing: no sub-request is queued unless every one can be sent
             frames = [encode(m) for m in msgs]
         except (OverflowError, TypeError, ValueError) as e:
@@ -143,7 +144,7 @@ class Frontend:
         if self.failure:
             raise APIError(503, f"the server is failing: {self.failure}")
         if self.prompt_bound is not None and msg.op == "tokenize":
-            self.prompt_bound.check(msg.text, msg.chat)
+            self.prompt_bound.check(msg.text, msg.chat, template_kwargs=msg.template_kwargs)
         queue: asyncio.Queue = asyncio.Queue()
         self.routes[msg.uid] = queue
         try:

@@ -15,17 +15,19 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Choice, Dispatch, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value
 from radixserve.server.extensions import GENERATE, GENERATE_SAMPLING, refuse
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import check_model, prompt_list, reject_empty
 from radixserve.server.protocol import MAX_N, GenerateRequest, GenerateSampling
 from radixserve.server.state import StateDep
 from radixserve.server.structured_output import check_json_schema
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 DEFAULT_MAX_TOKENS = 16
 # SGLang's name → this server's
@@ -48,12 +50,9 @@ def sampling_params(sp: GenerateSampling) -> SamplingParams:
     fields["max_tokens"] = fields["max_tokens"] or DEFAULT_MAX_TOKENS
     fields["stop"] = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
     try:
-        params = SamplingParams(**fields)
+        return SamplingParams(**fields)
     except ValueError as e:
         raise bad_value(e, names) from None
-    if params.json_schema is not None:
-        check_json_schema(json.loads(params.json_schema), "json_schema")
-    return params
 
 
 def _finish(c: Choice, max_tokens: int) -> dict | None:
@@ -84,6 +83,8 @@ async def generate(req: GenerateRequest, raw: Request, s: StateDep):
     reject_empty(prompts, prompt_field)
     batch = isinstance(req.text, list) or (req.input_ids is not None and isinstance(req.input_ids[0], list))
     params = sampling_params(req.sampling_params)
+    if params.json_schema is not None:  # (CPU work: off the event loop)
+        await run_in_threadpool(check_json_schema, json.loads(params.json_schema), "json_schema")
     n, t0 = req.sampling_params.n, time.perf_counter()
     if len(prompts) * n > MAX_N:  # one HTTP request must not flood the queue
         raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * n}", "sampling_params.n")

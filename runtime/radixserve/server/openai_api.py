@@ -12,12 +12,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.messages import TokenLogprob, UserReply
 from radixserve.sampling_params import SamplingParams
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse, usage
 from radixserve.server.errors import APIError, bad_value, short
 from radixserve.server.extensions import refuse_unsupported
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.protocol import (
     MAX_N,
     ChatCompletionRequest,
@@ -29,7 +31,8 @@ from radixserve.server.state import ServerState, StateDep
 from radixserve.server.structured_output import Constraint, request_constraint
 from radixserve.server.tools import ToolPlan, plan_tools
 
-router = APIRouter()  # the API key is checked by `AuthMiddleware`, before the body is read
+# the API key is checked by `AuthMiddleware`, before the body is read
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 def unset_defaults(req: BaseModel, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -315,6 +318,10 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
     yield sse("[DONE]")
 
 
+def _chat_grammar(state: ServerState, req: ChatCompletionRequest) -> tuple[ToolPlan, Constraint | None]:
+    return output_grammar(state, plan_tools(req, state.tool_parser), request_constraint(req))
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
@@ -323,8 +330,8 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
-    plan = plan_tools(req, state.tool_parser)
-    plan, grammar = output_grammar(state, plan, request_constraint(req))
+    # the schemas' checks are CPU work: off the event loop, which serves /health meanwhile
+    plan, grammar = await run_in_threadpool(_chat_grammar, state, req)
     # no limit given: the server's default, capped to the context left once the prompt is known
     names = {"logprobs": "top_logprobs", "prompt": "messages"}
     names |= {"max_tokens": "max_completion_tokens"} if req.max_completion_tokens is not None else {}
@@ -343,7 +350,7 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     refuse_unsupported(req, "completion")
     check_stream_options(req)
-    grammar = request_constraint(req)
+    grammar = await run_in_threadpool(request_constraint, req)  # (a schema's check: CPU work)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
                           grammar, state.request_defaults)

@@ -19,11 +19,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from radixserve.postprocess.chat_output import ChatOutput
 from radixserve.server.dispatch import Choice, Dispatch, Prompt
 from radixserve.server.errors import APIError, error_body
 from radixserve.server.extensions import refuse_unsupported
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import (
     build_params,
     chat_messages,
@@ -43,7 +45,7 @@ from radixserve.server.state import ServerState, StateDep
 from radixserve.server.structured_output import ANY_JSON_OBJECT, Constraint, schema_constraint
 from radixserve.server.tools import plan_tools
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 _REFUSED = {
@@ -193,10 +195,10 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     refuse_unsupported(req, "responses")
     chat = _chat_request(req)
     try:
-        plan = plan_tools(chat, state.tool_parser)
+        plan = await run_in_threadpool(plan_tools, chat, state.tool_parser)  # (schema checks: CPU)
     except APIError as e:  # the field as this route names it: no `function` level
         raise APIError(e.status, e.message, e.param and e.param.replace(".function", ""), e.code) from None
-    plan, grammar = output_grammar(state, plan, _constraint(req), "text.format")
+    plan, grammar = output_grammar(state, plan, await run_in_threadpool(_constraint, req), "text.format")
     limit = chat.max_tokens
     # the conversation is the request's `input`, however the engine or the prompt's bound names it
     names = {"max_tokens": "max_output_tokens", "prompt": "input", "messages": "input"}

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.state import ServerState, StateDep
 from radixserve.version import __version__
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 @dataclass(frozen=True)

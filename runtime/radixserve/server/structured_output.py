@@ -7,6 +7,7 @@ compiler can judge comes back from the scheduler as a 400 whose `param` `Constra
 to the field the client sent."""
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -16,6 +17,7 @@ from radixserve.server.errors import APIError
 from radixserve.server.protocol import ConstraintFields, ResponseFormat
 
 ANY_JSON_OBJECT = {"type": "object"}  # `json_object`, and `json_schema` without a schema
+MAX_SCHEMA_NODES = 16384  # objects and arrays in a request's JSON schemas, tools' included
 _MESSAGE_CHARS = 200
 
 
@@ -30,22 +32,51 @@ class Constraint(NamedTuple):
         return {self.kind: self.field}
 
 
-def check_json_schema(schema: Any, field: str) -> None:
-    """A 400 naming `field` unless `schema` is a JSON Schema (checked against its metaschema:
-    draft 2020-12 unless its `$schema` names another)."""
-    from jsonschema import SchemaError, validators
+def schema_nodes(schema: Any) -> int:
+    """The objects and arrays in `schema`: what checking and compiling it cost grows with."""
+    count, stack = 0, [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += 1
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            count += 1
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
+    return count
 
+
+@functools.cache
+def _metaschema_validator(uri: str | None) -> Any:
+    """A validator of the metaschema `$schema` names (draft 2020-12 for none or an unknown one, as
+    `jsonschema` picks): built from the metaschema itself, so that an unknown `$schema` is never
+    fetched from the network."""
+    import jsonschema_rs
+    from jsonschema import validators
+
+    cls = validators.validator_for({"$schema": uri} if uri else {}, default=validators.Draft202012Validator)
+    return jsonschema_rs.validator_for(cls.META_SCHEMA)
+
+
+def check_json_schema(schema: Any, field: str, nodes_left: int = MAX_SCHEMA_NODES) -> int:
+    """A 400 naming `field` unless `schema` is a JSON Schema (checked against its metaschema:
+    draft 2020-12 unless its `$schema` names another) of at most `nodes_left` objects and arrays;
+    the nodes left after it (a request's schemas share `MAX_SCHEMA_NODES`). CPU work: call it off
+    the event loop."""
     if not isinstance(schema, dict):
         raise APIError(400, f"{field} must be a JSON object", field)
-    try:
-        validators.validator_for(schema).check_schema(schema)
-    except SchemaError as e:
-        where = "/".join(str(p) for p in e.path)
-        why = e.message if len(e.message) <= _MESSAGE_CHARS else e.message[:_MESSAGE_CHARS] + "…"
+    nodes = schema_nodes(schema)
+    if nodes > nodes_left:
+        raise APIError(400, f"{field} is too large: the request's JSON schemas may hold {MAX_SCHEMA_NODES} "
+                            "objects and arrays in all", field)
+    uri = schema.get("$schema")
+    error = next(iter(_metaschema_validator(uri if isinstance(uri, str) else None).iter_errors(schema)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.instance_path)
+        why = error.message if len(error.message) <= _MESSAGE_CHARS else error.message[:_MESSAGE_CHARS] + "…"
         raise APIError(400, f"{field} is not a valid JSON schema{f' at /{where}' if where else ''}: {why}",
-                       field) from None
-    except RecursionError:
-        raise APIError(400, f"{field} is nested too deeply", field) from None
+                       field)
+    return nodes_left - nodes
 
 
 def schema_constraint(schema: dict, field: str) -> Constraint:

@@ -7,11 +7,12 @@ from fastapi import APIRouter
 
 from radixserve.messages import TextOpMsg
 from radixserve.server.errors import APIError
+from radixserve.server.json_body import ParsedJsonRoute
 from radixserve.server.openai_api import chat_messages, check_model, template_options
 from radixserve.server.protocol import DetokenizeRequest, TokenizeRequest
 from radixserve.server.state import StateDep
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedJsonRoute)
 
 
 @router.post("/tokenize")

@@ -19,7 +19,7 @@ from radixserve.postprocess.tool_parsers import (
 )
 from radixserve.server.errors import APIError, short
 from radixserve.server.protocol import ChatCompletionRequest, FunctionDefinition, Tool
-from radixserve.server.structured_output import Constraint, check_json_schema
+from radixserve.server.structured_output import MAX_SCHEMA_NODES, Constraint, check_json_schema
 
 NO_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -104,7 +104,8 @@ def _json_grammar(schema: dict, field: str) -> Constraint:
 
 
 def plan_tools(req: ChatCompletionRequest, parser: str | None) -> ToolPlan:
-    """A 400 naming the field for a choice that cannot be honoured."""
+    """A 400 naming the field for a choice that cannot be honoured. CPU work (every schema is
+    checked): call it off the event loop."""
     tools, choice = req.tools or [], req.tool_choice
     if choice is None:
         choice = "auto" if tools else "none"
@@ -115,9 +116,10 @@ def plan_tools(req: ChatCompletionRequest, parser: str | None) -> ToolPlan:
     names = [t.function.name for t in tools]
     if len(set(names)) != len(names):
         raise APIError(400, "tools must have distinct function names", "tools")
+    nodes_left = MAX_SCHEMA_NODES  # (shared by the tools: one request's schemas, checked together)
     for i, t in enumerate(tools):  # every schema, not only the one forced: the template shows them all
         if t.function.parameters is not None:
-            check_json_schema(t.function.parameters, f"tools.{i}.function.parameters")
+            nodes_left = check_json_schema(t.function.parameters, f"tools.{i}.function.parameters", nodes_left)
     tools_json = json.dumps([t.model_dump(exclude_none=True, by_alias=True) for t in tools], ensure_ascii=False)
     if choice in ("none", "auto"):
         return ToolPlan(choice, tools_json, parser=parser, parallel=req.parallel_tool_calls)
