@@ -34,6 +34,7 @@ KEPT = {
     "prompt_token_ids": "a field of the offline API's result",
     "reader": "keeps the frontend's reader task referenced (asyncio keeps only weak ones)",
     "should_exit": "uvicorn's flag that stops its server",
+    "route_class": "FastAPI's router setting: the class of the routes it makes",
     "model_config": "pydantic's model configuration",
     "tp_size": "a field of the server info the SGLang gateway reads",
     "disable_radix_cache": "a field of the server info the SGLang gateway reads",
