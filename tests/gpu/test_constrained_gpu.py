@@ -94,3 +94,43 @@ def test_embedded_schemas_validate_on_gpu() -> None:
                                 SCHEMAS[u // 2][1])
             assert_follows(s.model_path, "json_schema", params[u].json_schema, toks, "stop")
         assert s.stats()["prefix_hit_tokens"] > 0 or warm == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_dead_ends_and_nan_rows_fail_alone_with_graphs(tiny_ckpts_hd64, temperature) -> None:
+    """On CUDA a row with nothing to sample would be a device assert that ends the process: a
+    grammar refused at its start (its trial forked from this CUDA process), one dead after a
+    choice, and a row of NaN logits each fail their request alone; the neighbours keep their
+    tokens, with decode graphs and overlap on."""
+    import json as json_
+
+    from tests.runtime.test_constrained_bounds import ADMITS_NOTHING, DEAD_AFTER_A_CHOICE, run
+
+    path = tiny_ckpts_hd64["qwen3"]
+    prompts = random_prompts(4, [6, 9, 5, 12], 300, seed=23)
+    plain = SamplingParams(max_tokens=12, ignore_eos=True, temperature=temperature, seed=1)
+    alone = _scheduler(path, True)
+    alone.add_request(0, prompts[0], plain)
+    ref, _ = run(alone)
+    s = _scheduler(path, True)
+    sample = s.sampler.sample
+
+    def poisoned(logits, reqs, store=None):  # a model that answers NaN for request 3
+        for i, r in enumerate(reqs):
+            if r.uid == 3:
+                logits[i] = float("nan")
+        return sample(logits, reqs, store)
+
+    s.sampler.sample = poisoned
+    s.add_request(0, prompts[0], plain)
+    s.add_request(1, prompts[1], SamplingParams(max_tokens=8, temperature=temperature, seed=2,
+                                                ebnf=DEAD_AFTER_A_CHOICE))
+    kind, text = ADMITS_NOTHING[3]
+    s.add_request(2, prompts[2], SamplingParams(max_tokens=8, temperature=temperature, **{kind: text}))
+    s.add_request(3, prompts[3], SamplingParams(max_tokens=8, temperature=0.7, seed=4, json_schema=json_.dumps(
+        {"type": "object"})))
+    outs, failures = run(s)
+    got = sorted((f.uid, f.param, f.status) for f in failures)
+    assert got == [(1, "ebnf", 400), (2, kind, 400), (3, None, 500)], failures
+    assert [o.token_id for o in outs[0]] == [o.token_id for o in ref[0]]
+    s.check_integrity()
