@@ -3,12 +3,49 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from radixserve.json_checks import loads_bounded
 
 MAX_TOKEN_ID = 2**31 - 1  # also the largest max_tokens / top_k: every count fits in int32
 MAX_LOGIT_BIAS = 1024  # entries of logit_bias
+MAX_LOGPROBS = 20
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf")  # at most one constrains a request's output
+
+
+class Bounds(NamedTuple):
+    low: float
+    high: float
+    open_low: bool = False  # (low, high] rather than [low, high]
+
+    def holds(self, x: float) -> bool:
+        return (self.low < x if self.open_low else self.low <= x) and x <= self.high
+
+    def words(self) -> str:
+        return f"must be in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
+
+    def pydantic(self) -> dict[str, float]:
+        """The bounds as pydantic's `Field` keywords (the HTTP API's models and OpenAPI schema)."""
+        return {"gt" if self.open_low else "ge": self.low, "le": self.high}
+
+
+# Each bounded number of a request, declared once: `SamplingParams` checks it, and the HTTP API's
+# request models (server/protocol.py) take it from here for their schema
+BOUNDS: dict[str, Bounds] = {
+    "max_tokens": Bounds(1, MAX_TOKEN_ID),
+    "temperature": Bounds(0.0, 100.0),
+    "top_k": Bounds(-1, MAX_TOKEN_ID),  # (-1: disabled; 0 is refused too)
+    "top_p": Bounds(0.0, 1.0, open_low=True),
+    "min_p": Bounds(0.0, 1.0),
+    "presence_penalty": Bounds(-2.0, 2.0),
+    "frequency_penalty": Bounds(-2.0, 2.0),
+    "repetition_penalty": Bounds(0.0, 2.0, open_low=True),
+    "logprobs": Bounds(0, MAX_LOGPROBS),
+    "prompt_logprobs": Bounds(0, MAX_LOGPROBS),
+    "priority": Bounds(-MAX_TOKEN_ID - 1, MAX_TOKEN_ID),
+    "min_tokens": Bounds(0, MAX_TOKEN_ID),
+    "truncate_prompt_tokens": Bounds(1, MAX_TOKEN_ID),
+}
 
 
 @dataclass
@@ -61,31 +98,19 @@ class SamplingParams:
 
         if not integer(self.max_tokens):
             raise bad("max_tokens", "must be an integer")
-        if not 1 <= self.max_tokens <= MAX_TOKEN_ID:
-            raise bad("max_tokens", f"must be in [1, {MAX_TOKEN_ID}]")
-        if not 0.0 <= self.temperature <= 100.0:
-            raise bad("temperature", "must be in [0, 100]")
-        if not integer(self.top_k) or not (self.top_k == -1 or 1 <= self.top_k <= MAX_TOKEN_ID):
+        for name in ("top_k", "logprobs", "prompt_logprobs", "priority", "min_tokens",
+                     "truncate_prompt_tokens"):
+            value = getattr(self, name)
+            if value is not None and not integer(value):
+                raise bad(name, "must be an integer")
+        for name, bounds in BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and not bounds.holds(value):
+                raise bad(name, bounds.words())
+        if self.top_k == 0:
             raise bad("top_k", "must be -1 (disabled) or a positive integer")
-        if not 0.0 < self.top_p <= 1.0:
-            raise bad("top_p", "must be in (0, 1]")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise bad("min_p", "must be in [0, 1]")
         if self.seed is not None and (not integer(self.seed) or not 0 <= self.seed < 2**63):
             raise bad("seed", "must be an integer in [0, 2**63)")
-        if not -2.0 <= self.presence_penalty <= 2.0:
-            raise bad("presence_penalty", "must be in [-2, 2]")
-        if not -2.0 <= self.frequency_penalty <= 2.0:
-            raise bad("frequency_penalty", "must be in [-2, 2]")
-        if not 0.0 < self.repetition_penalty <= 2.0:
-            raise bad("repetition_penalty", "must be in (0, 2]")
-        if self.logprobs is not None and (not integer(self.logprobs) or not 0 <= self.logprobs <= 20):
-            raise bad("logprobs", "must be an integer between 0 and 20")
-        if self.prompt_logprobs is not None and (not integer(self.prompt_logprobs)
-                                                 or not 0 <= self.prompt_logprobs <= 20):
-            raise bad("prompt_logprobs", "must be an integer between 0 and 20")
-        if not integer(self.priority) or not -MAX_TOKEN_ID - 1 <= self.priority <= MAX_TOKEN_ID:
-            raise bad("priority", "must be a 32-bit integer")
         if self.embed and (self.max_tokens != 1 or self.constrained or self.prompt_logprobs is not None):
             raise bad("embed", "takes no generation options (max_tokens 1, no grammar or prompt_logprobs)")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
@@ -102,10 +127,7 @@ class SamplingParams:
                                  f"got {str(tok)[:40]!r}")
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
                 raise bad("logit_bias", "values must be numbers in [-100, 100]")
-        if self.truncate_prompt_tokens is not None and (
-                not integer(self.truncate_prompt_tokens) or self.truncate_prompt_tokens < 1):
-            raise bad("truncate_prompt_tokens", "must be a positive integer")
-        if not integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+        if not 0 <= self.min_tokens <= self.max_tokens:
             raise bad("min_tokens", f"must be an integer in [0, max_tokens = {self.max_tokens}]")
         given = [name for name in GRAMMAR_FIELDS if getattr(self, name) is not None]
         for name in given:

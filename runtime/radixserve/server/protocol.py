@@ -12,14 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from radixserve.sampling_params import MAX_LOGIT_BIAS
+from radixserve.sampling_params import BOUNDS, MAX_LOGIT_BIAS, MAX_TOKEN_ID
 
-MAX_INT32 = 2**31 - 1
+MAX_INT32 = MAX_TOKEN_ID
 MAX_SEED = 2**62  # seed + choice index must stay a valid 64-bit seed
 MAX_N = 64
 MAX_PROMPTS = 64
 MAX_STOP = 16
-MAX_LOGPROBS = 20
 MAX_TOOLS = 128
 MAX_GRAMMAR_CHARS = 1 << 16  # a regex or EBNF grammar; JSON schemas are bounded by the body size
 
@@ -56,23 +55,23 @@ class StreamOptions(_Strict):
 
 class SamplingFields(_Strict):
     model: Text | None = None
-    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
-    temperature: float = Field(1.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, le=MAX_INT32)
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    max_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())
+    temperature: float = Field(1.0, **BOUNDS["temperature"].pydantic())
+    top_p: float = Field(1.0, **BOUNDS["top_p"].pydantic())
+    top_k: int = Field(-1, **BOUNDS["top_k"].pydantic())
+    min_p: float = Field(0.0, **BOUNDS["min_p"].pydantic())
+    presence_penalty: float = Field(0.0, **BOUNDS["presence_penalty"].pydantic())
+    frequency_penalty: float = Field(0.0, **BOUNDS["frequency_penalty"].pydantic())
+    repetition_penalty: float = Field(1.0, **BOUNDS["repetition_penalty"].pydantic())
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: Stop = None
     stop_token_ids: list[TokenId] | None = Field(None, max_length=1024)
     ignore_eos: bool = False
     logit_bias: dict[str, float] | None = Field(None, max_length=MAX_LOGIT_BIAS)  # "token id": bias
-    min_tokens: int = Field(0, ge=0, le=MAX_INT32)  # vLLM's: no EOS, stop token or string before
-    priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)  # vLLM's: lower is admitted first
+    min_tokens: int = Field(0, **BOUNDS["min_tokens"].pydantic())  # vLLM's: no EOS, stop token or string before
+    priority: int = Field(0, **BOUNDS["priority"].pydantic())  # vLLM's: lower is admitted first
     skip_special_tokens: bool = True  # vLLM's: False keeps EOS and chat markers in the text
-    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # vLLM's: the last N
+    truncate_prompt_tokens: int | None = Field(None, **BOUNDS["truncate_prompt_tokens"].pydantic())  # vLLM's: the last N
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -181,9 +180,9 @@ ToolChoice = ToolChoiceMode | NamedToolChoice
 
 class ChatCompletionRequest(SamplingFields, ConstraintFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    max_completion_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: int | None = Field(None, **BOUNDS["logprobs"].pydantic())
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, else "none"
     parallel_tool_calls: bool = True
@@ -202,7 +201,7 @@ Prompts = (Prompt | Annotated[list[Prompt], Field(min_length=1, max_length=MAX_P
 
 class CompletionRequest(SamplingFields, ConstraintFields):
     prompt: Prompts
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: int | None = Field(None, **BOUNDS["logprobs"].pydantic())
     echo: bool = False  # the prompt before the completion (and its logprobs, with logprobs)
 
 
@@ -214,31 +213,31 @@ class GenerateSampling(_Strict):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # None: 16
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    top_k: int = Field(-1, ge=-1, le=MAX_INT32)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    max_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())  # None: 16
+    temperature: float = Field(0.0, **BOUNDS["temperature"].pydantic())
+    top_k: int = Field(-1, **BOUNDS["top_k"].pydantic())
+    top_p: float = Field(1.0, **BOUNDS["top_p"].pydantic())
+    min_p: float = Field(0.0, **BOUNDS["min_p"].pydantic())
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     ignore_eos: bool = False
     stop: Stop = None
     stop_token_ids: list[TokenId] = Field(default_factory=list, max_length=1024)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    presence_penalty: float = Field(0.0, **BOUNDS["presence_penalty"].pydantic())
+    frequency_penalty: float = Field(0.0, **BOUNDS["frequency_penalty"].pydantic())
+    repetition_penalty: float = Field(1.0, **BOUNDS["repetition_penalty"].pydantic())
+    logprobs: int | None = Field(None, **BOUNDS["logprobs"].pydantic())
     logit_bias: dict[str, float] = Field(default_factory=dict, max_length=MAX_LOGIT_BIAS)
-    min_tokens: int = Field(0, ge=0, le=MAX_INT32)
-    priority: int = Field(0, ge=-MAX_INT32 - 1, le=MAX_INT32)
+    min_tokens: int = Field(0, **BOUNDS["min_tokens"].pydantic())
+    priority: int = Field(0, **BOUNDS["priority"].pydantic())
     skip_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    truncate_prompt_tokens: int | None = Field(None, **BOUNDS["truncate_prompt_tokens"].pydantic())
     json_schema: Annotated[str, Field(min_length=1), AfterValidator(_unicode)] | None = None  # JSON text
     regex: Grammar | None = None
     ebnf: Grammar | None = None
     n: int = Field(1, ge=1, le=MAX_N)
     # SGLang's names
-    max_new_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
-    min_new_tokens: int | None = Field(None, ge=0, le=MAX_INT32)
+    max_new_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())
+    min_new_tokens: int | None = Field(None, **BOUNDS["min_tokens"].pydantic())
     sampling_seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stream_interval: int | None = Field(None, ge=1)  # (every token is streamed)
     # refused unless at the value that changes nothing (server/extensions.py)
@@ -302,7 +301,7 @@ class EmbeddingRequest(_Strict):
     input: Prompts
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, le=MAX_INT32)  # the first N, renormalized (MRL)
-    truncate_prompt_tokens: int | None = Field(None, ge=1, le=MAX_INT32)  # vLLM's: the last N
+    truncate_prompt_tokens: int | None = Field(None, **BOUNDS["truncate_prompt_tokens"].pydantic())  # vLLM's: the last N
     user: Text | None = None
 
 
@@ -402,9 +401,9 @@ class ResponsesRequest(_Strict):
     model: Text | None = None
     input: Text | list[ResponseInputItem] = Field(min_length=1)
     instructions: Text | None = None
-    max_output_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
-    temperature: float | None = Field(None, ge=0.0, le=100.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_output_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())
+    temperature: float | None = Field(None, **BOUNDS["temperature"].pydantic())
+    top_p: float | None = Field(None, **BOUNDS["top_p"].pydantic())
     stream: bool = False
     store: bool = True  # OpenAI's default; this server stores nothing (see the module's note)
     metadata: dict[str, Text] | None = Field(None, max_length=16)
