@@ -136,7 +136,8 @@ def _plan(path: Path, model: nn.Module, max_rank: int) -> dict[tuple[str, object
     for key, shape in shapes.items():
         m = _MATRIX.match(key.removeprefix(_PREFIX))
         if m is None:
-            raise AdapterError(f"{file}: {key}: not a LoRA A or B matrix of a linear projection")
+            raise AdapterError(f"{file}: {key}: not a LoRA A or B matrix of a linear projection "
+                               "(trained or saved base weights are not served)")
         modules.setdefault(m["module"], {})[m["m"]] = shape
     for module, mats in modules.items():
         hit = _find(model, module)
@@ -162,10 +163,22 @@ def _plan(path: Path, model: nn.Module, max_rank: int) -> dict[tuple[str, object
     return found
 
 
-def check_adapter(path: str | Path, model: nn.Module, max_rank: int) -> None:
-    """Raise AdapterError unless the adapter at `path` can be served beside `model` (its config
-    and tensor headers only: nothing is read into memory)."""
-    _plan(Path(path), model, max_rank)
+def check_adapters(model_dir: Path, adapters: dict[str, str], max_rank: int | None) -> None:
+    """Raise AdapterError naming the first of `adapters` (name -> path) that cannot be served
+    beside the model in `model_dir` with slots of `max_rank` (None: the largest rank among them,
+    at least 16), from configs and tensor headers alone: the model is built on the meta device,
+    its shapes without any memory, so the parent process checks before anything loads."""
+    from transformers import AutoConfig
+
+    from radixserve.models.loader import build_model
+
+    model = build_model(AutoConfig.from_pretrained(model_dir), torch.float32, "meta")
+    rank = max_rank or max([16, *(config_rank(Path(p)) for p in adapters.values())])
+    for name, path in adapters.items():
+        try:
+            _plan(Path(path), model, rank)
+        except AdapterError as e:
+            raise AdapterError(f"adapter {name}: {e}") from None
 
 
 def read_adapter(name: str, path: str | Path, model: nn.Module, max_rank: int,

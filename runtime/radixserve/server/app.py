@@ -15,7 +15,9 @@ from radixserve.server.body_guard import BodyGuardMiddleware
 from radixserve.server.dispatch import Choice, Dispatch, Prompt, ending_properly, sse
 from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
+from radixserve.server.lora_api import router as lora_router
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
+from radixserve.server.openai_api import check_model
 from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
@@ -54,6 +56,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(tokenize_router)
     app.include_router(embeddings_router)
     app.include_router(sglang_router)
+    app.include_router(lora_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.cfg.metrics_without_key else set()))
     install_openapi(app, open_paths, state.cfg.api_key is not None)
     # inside the key check: a keyless caller's body is never read
@@ -91,6 +94,7 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, "give exactly one of text and input_ids", "text")
         if req.text == "" or req.input_ids == []:
             raise APIError(400, "prompt must not be empty", "text" if req.text is not None else "input_ids")
+        lora = check_model(s, req.lora_path) if req.lora_path is not None else None
         sp = req.sampling_params
         fields = sp.model_dump() | {"stop": [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])}
         try:
@@ -99,7 +103,8 @@ def create_app(state: ServerState) -> FastAPI:
             raise bad_value(e) from None
         if params.json_schema is not None:
             check_json_schema(json.loads(params.json_schema), "json_schema")
-        d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, 1, False)
+        d = Dispatch(s.frontend, [Prompt(text=req.text, input_ids=req.input_ids)], params, 1, False,
+                     lora=lora)
         if not req.stream:
             return _generate_result((await d.collect(raw))[0])
 

@@ -60,9 +60,17 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
         raise bad_value(e, names) from None
 
 
-def check_model(state: ServerState, model: str | None) -> None:
-    if model is not None and model not in (state.model_name, state.model_path):
-        raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
+def check_model(state: ServerState, model: str | None) -> str | None:
+    """The LoRA adapter a request's `model` names ("NAME" or "BASE:NAME", vLLM's and SGLang's
+    forms), None for the base model; a 404 naming what is served for anything else."""
+    if model is None or model in (state.model_name, state.model_path):
+        return None
+    adapter = model.removeprefix(f"{state.model_name}:")
+    if adapter in state.adapters:
+        return adapter
+    served = ", ".join(f"'{n}'" for n in (state.model_name, *sorted(state.adapters)))
+    raise APIError(404, f"The model {short(model)} does not exist; this server serves {served}.",
+                   "model", "model_not_found")
 
 
 def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | None:
@@ -193,11 +201,11 @@ class Echo:
 
 async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
                auto_max: bool, kind: str, with_logprobs: bool, names: dict[str, str], tools: ToolPlan | None = None,
-               echo: Echo | None = None):
-    d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names)
+               echo: Echo | None = None, lora: str | None = None):
+    d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names, lora)
     rid, created = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
     head = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion",
-            "created": created, "model": state.model_name}
+            "created": created, "model": lora or state.model_name}
     plan = tools or ToolPlan("none")
     if not req.stream:
         choices = await d.collect(raw)
@@ -292,7 +300,7 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
-    check_model(state, req.model)
+    lora = check_model(state, req.model)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
@@ -307,12 +315,13 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     options = template_options(req.messages, req.add_generation_prompt, req.continue_final_message,
                                req.chat_template_kwargs)
     prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json, **options)]
-    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan)
+    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan,
+                      lora=lora)
 
 
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
-    check_model(state, req.model)
+    lora = check_model(state, req.model)
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,
@@ -326,11 +335,13 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
         # the prompt's logprobs, or its text from token ids: every prompt token is computed
         params = dataclasses.replace(params, prompt_logprobs=req.logprobs or 0)
     return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None, names,
-                      echo=echo)
+                      echo=echo, lora=lora)
 
 
 @router.get("/v1/models")
 async def models(state: StateDep) -> dict:
+    """The base model, then each LoRA adapter with its `parent` (vLLM's cards); never a path."""
     card = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
-            "root": state.model_name, "max_model_len": state.max_seq_len}  # never a filesystem path
-    return {"object": "list", "data": [card]}
+            "root": state.model_name, "parent": None, "max_model_len": state.max_seq_len}
+    adapters = [card | {"id": name, "root": name, "parent": state.model_name} for name in sorted(state.adapters)]
+    return {"object": "list", "data": [card, *adapters]}

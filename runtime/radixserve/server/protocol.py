@@ -210,6 +210,22 @@ class GenerateRequest(_Strict):
     input_ids: Annotated[list[TokenId], Field(min_length=1)] | None = None
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False
+    lora_path: Text | None = None  # SGLang's field: the name of the LoRA adapter to run with
+
+
+class LoadLoRARequest(_Strict):
+    """`/load_lora_adapter` (SGLang's; also vLLM's `/v1/...`): serve the PEFT adapter at
+    `lora_path` (a directory the server can read) as `lora_name`. Other fields (SGLang's
+    `pinned`) are accepted and ignored."""
+
+    lora_name: Annotated[Text, Field(min_length=1, max_length=256)]
+    lora_path: Annotated[Text, Field(min_length=1, max_length=4096)]
+
+
+class UnloadLoRARequest(_Strict):
+    """`/unload_lora_adapter` (also vLLM's `/v1/...`): stop serving adapter `lora_name`."""
+
+    lora_name: Annotated[Text, Field(min_length=1, max_length=256)]
 
 
 class TokenizeRequest(_Strict):
