@@ -16,6 +16,7 @@ group and keep the layer's output as it is.
 """
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -70,7 +71,7 @@ def lora_expand_ref(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: L
     (`part_bounds` = lo_0, hi_0 = lo_1, ..., hi_P-1), in place; returns y."""
     rank = b.shape[2]
     for s, rows in _slot_rows(groups):
-        for p, (lo, hi) in enumerate(zip(part_bounds, part_bounds[1:])):
+        for p, (lo, hi) in enumerate(itertools.pairwise(part_bounds)):
             delta = v[rows, p * rank:(p + 1) * rank] @ b[s, lo:hi].T
             y[rows, lo:hi] += delta
     return y

@@ -16,8 +16,8 @@ from safetensors.torch import load_file, save_file
 
 from radixserve import LLM, SamplingParams
 from radixserve.config import EngineConfig, SchedulerConfig
-from radixserve.testing import write_tiny_checkpoint
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.testing import write_tiny_checkpoint
 from tests.peft_adapters import ADAPTERS, peft_greedy, write_adapters, write_peft_adapter
 from tests.runtime.helpers import drain, fast_corners, random_prompts
 

@@ -76,7 +76,7 @@ def test_concurrent_requests_of_every_adapter_equal_peft(lora_server) -> None:
 
 def test_load_and_unload_at_both_paths_behind_the_key(lora_server, tiny_model) -> None:
     srv, adapters, want, root = lora_server
-    post = lambda path, body, **kw: httpx.post(f"{srv.base}{path}", json=body, timeout=60, **kw)  # noqa: E731
+    post = lambda path, body, **kw: httpx.post(f"{srv.base}{path}", json=body, timeout=60, **kw)
     body = {"lora_name": "mlp", "lora_path": str(adapters["mlp"])}
     assert post("/v1/load_lora_adapter", body).status_code == 401  # no key
     bad = write_peft_adapter(tiny_model, root / "bad-rank", 9, r=32, target_modules=["q_proj"])
@@ -110,7 +110,7 @@ def test_metrics_name_the_running_adapter(lora_server) -> None:
         deadline, labels = time.monotonic() + 60, ""
         while not job.done() and time.monotonic() < deadline:
             text = httpx.get(f"{srv.base}/metrics", headers=AUTH, timeout=10).text
-            info = re.search(r"^vllm:lora_requests_info\{(.*)\} ", text, re.M)
+            info = re.search(r"^vllm:lora_requests_info\{(.*)\} ", text, re.MULTILINE)
             labels = info.group(1) if info else ""
             if 'running_lora_adapters="sql"' in labels:
                 break

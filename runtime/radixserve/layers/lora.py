@@ -13,7 +13,11 @@ from __future__ import annotations
 import torch
 
 from radixserve.core.context import get_context
-from radixserve.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from radixserve.layers.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
 from radixserve.layers.utils import copy_shard
 from radixserve.utils import kernel_path
 from radixserve_kernels import lora_expand_, lora_expand_ref, lora_shrink, lora_shrink_ref

@@ -112,14 +112,14 @@ def _find(model: nn.Module, module: str) -> tuple[str, LoRATarget, object] | Non
 
 
 def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
     except OSError as e:
         raise AdapterError(f"{file}: cannot read it ({e.strerror or e})") from None
-    except Exception as e:  # safetensors raises its own error types for a corrupt header
+    except SafetensorError as e:  # a corrupt header
         raise AdapterError(f"{file}: not a safetensors file ({e})") from None
 
 
@@ -168,17 +168,21 @@ def check_adapters(model_dir: Path, adapters: dict[str, str], max_rank: int | No
     beside the model in `model_dir` with slots of `max_rank` (None: the largest rank among them,
     at least 16), from configs and tensor headers alone: the model is built on the meta device,
     its shapes without any memory, so the parent process checks before anything loads."""
-    from transformers import AutoConfig
+    from radixserve.models.loader import meta_model
 
-    from radixserve.models.loader import build_model
-
-    model = build_model(AutoConfig.from_pretrained(model_dir), torch.float32, "meta")
-    rank = max_rank or max([16, *(config_rank(Path(p)) for p in adapters.values())])
+    model = meta_model(model_dir)
+    ranks = {name: _naming(name, config_rank, Path(path)) for name, path in adapters.items()}
+    rank = max_rank or max([16, *ranks.values()])
     for name, path in adapters.items():
-        try:
-            _plan(Path(path), model, rank)
-        except AdapterError as e:
-            raise AdapterError(f"adapter {name}: {e}") from None
+        _naming(name, _plan, Path(path), model, rank)
+
+
+def _naming(name: str, check: Any, *args: Any) -> Any:
+    """`check(*args)`, its AdapterError prefixed with the adapter's name."""
+    try:
+        return check(*args)
+    except AdapterError as e:
+        raise AdapterError(f"adapter {name}: {e}") from None
 
 
 def read_adapter(name: str, path: str | Path, model: nn.Module, max_rank: int,
