@@ -16,6 +16,7 @@ import pytest
 
 from tests.peft_adapters import peft_greedy, write_adapters, write_peft_adapter
 from tests.runtime.helpers import random_prompts
+from tests.server.router_process import RouterProcess, smg_available
 from tests.server.server_process import API_KEY, ServerProcess
 
 MAX_NEW = 8
@@ -48,6 +49,11 @@ def _generate(srv: ServerProcess, prompt: list[int], lora: str | None) -> list[i
     return r.json()["output_ids"]
 
 
+def _text(tokenizer, tokens: list[int]) -> str:
+    """The text of `tokens` as the server returns it: without a last character left incomplete."""
+    return tokenizer.decode(tokens).rstrip("\ufffd")
+
+
 def test_openai_client_reaches_each_adapter_by_name(lora_server, tiny_tokenizer) -> None:
     srv, _, want, _ = lora_server
     client = openai.OpenAI(base_url=f"{srv.base}/v1", api_key=API_KEY, max_retries=0, timeout=60)
@@ -59,10 +65,38 @@ def test_openai_client_reaches_each_adapter_by_name(lora_server, tiny_tokenizer)
         out = client.completions.create(model=model, prompt=PROMPTS[1], max_tokens=MAX_NEW,
                                         temperature=0, extra_body={"ignore_eos": True})
         assert out.model == (name or "tiny")
-        assert out.choices[0].text == tiny_tokenizer.decode(want[name][1]), model
+        assert out.choices[0].text == _text(tiny_tokenizer, want[name][1]), model
+    # SGLang's `lora_path` field beside the base model's name (what a gateway passes through)
+    out = client.completions.create(model="tiny", prompt=PROMPTS[2], max_tokens=MAX_NEW, temperature=0,
+                                    extra_body={"ignore_eos": True, "lora_path": "chat"})
+    assert out.model == "chat" and out.choices[0].text == _text(tiny_tokenizer, want["chat"][2])
     with pytest.raises(openai.NotFoundError) as e:
         client.completions.create(model="nope", prompt="hi", max_tokens=2)
     assert "'tiny', 'chat', 'sql'" in str(e.value)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=2, extra_body={"lora_path": "nope"})
+
+
+@pytest.mark.skipif(not smg_available(), reason="the SGLang model gateway `smg` is not installed")
+def test_through_the_sglang_gateway_by_lora_path(lora_server, tmp_path) -> None:
+    """The gateway knows each replica by the base model's name alone; SGLang's `lora_path`
+    field beside it reaches the adapter through it (docs/lora.md: what the gateway does not)."""
+    srv = lora_server[0]
+    router = RouterProcess([srv.base], "cache_aware", tmp_path / "router.log")
+    try:
+        router.wait_ready()
+        body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": MAX_NEW,
+                "temperature": 0, "ignore_eos": True}  # (the gateway takes text prompts only)
+
+        def text(base: str, **extra: str) -> str:
+            r = httpx.post(f"{base}/v1/completions", json=body | extra, headers=AUTH, timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["text"]
+
+        routed = text(router.base, lora_path="sql")
+        assert routed == text(srv.base, model="sql") != text(srv.base)
+    finally:
+        router.stop()
 
 
 def test_concurrent_requests_of_every_adapter_equal_peft(lora_server) -> None:

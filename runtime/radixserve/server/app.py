@@ -17,7 +17,7 @@ from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, bad_value, error_body, install_error_handlers
 from radixserve.server.lora_api import router as lora_router
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
-from radixserve.server.openai_api import check_model
+from radixserve.server.openai_api import requested_adapter
 from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
 from radixserve.server.protocol import GenerateRequest
@@ -94,7 +94,7 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, "give exactly one of text and input_ids", "text")
         if req.text == "" or req.input_ids == []:
             raise APIError(400, "prompt must not be empty", "text" if req.text is not None else "input_ids")
-        lora = check_model(s, req.lora_path) if req.lora_path is not None else None
+        lora = requested_adapter(s, None, req.lora_path)
         sp = req.sampling_params
         fields = sp.model_dump() | {"stop": [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])}
         try:

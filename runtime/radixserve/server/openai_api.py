@@ -73,6 +73,13 @@ def check_model(state: ServerState, model: str | None) -> str | None:
                    "model", "model_not_found")
 
 
+def requested_adapter(state: ServerState, model: str | None, lora_path: str | None) -> str | None:
+    """The LoRA adapter a request runs with: SGLang's `lora_path` field when given (the name of
+    a served adapter), else the one its `model` names; each checked as `check_model` checks."""
+    by_model = check_model(state, model)
+    return by_model if lora_path is None else check_model(state, lora_path)
+
+
 def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | None:
     """The server's reasoning parser for a request with output grammar `grammar`: none for a
     constrained deepseek_r1 output, which it would read as thinking until a `</think>` that a
@@ -300,7 +307,7 @@ async def _completion_stream(d: Dispatch, first: UserReply, raw: Request, head: 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
-    lora = check_model(state, req.model)
+    lora = requested_adapter(state, req.model, req.lora_path)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", "top_logprobs")
@@ -321,7 +328,7 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
 
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
-    lora = check_model(state, req.model)
+    lora = requested_adapter(state, req.model, req.lora_path)
     grammar = request_constraint(req)
     names = grammar.names if grammar is not None else {}
     params = build_params(req, 16 if req.max_tokens is None else req.max_tokens, req.logprobs, names,

@@ -55,6 +55,9 @@ class StreamOptions(_Strict):
 
 class SamplingFields(_Strict):
     model: Text | None = None
+    # SGLang's field: the LoRA adapter to run with, beside `model` (what a gateway that knows only
+    # the base model's name, the SGLang model gateway, passes through unchanged)
+    lora_path: Text | None = None
     max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     temperature: float = Field(1.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -28,6 +28,7 @@ from radixserve.server.openai_api import (
     chat_messages,
     check_model,
     output_grammar,
+    requested_adapter,
     template_options,
 )
 from radixserve.server.protocol import (
@@ -180,8 +181,9 @@ def _constraint(req: ResponsesRequest) -> Constraint | None:
 
 @router.post("/v1/responses")
 async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
-    lora = check_model(state, req.model)
+    check_model(state, req.model)
     chat = _chat_request(req)
+    lora = requested_adapter(state, req.model, chat.lora_path)
     try:
         plan = plan_tools(chat, state.tool_parser)
     except APIError as e:  # the field as this route names it: no `function` level
