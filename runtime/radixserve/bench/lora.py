@@ -11,7 +11,7 @@ import torch
 
 from radixserve.bench.workload import BenchRequest
 from radixserve.layers.lora import LoRATarget, full_shape, lora_parts
-from radixserve.lora.adapter import CONFIG_FILE, WEIGHTS_FILE
+from radixserve.lora.source import CONFIG_FILE, WEIGHTS_FILE
 from radixserve.models.loader import meta_model
 from radixserve.models.weights import WeightNameMap
 

@@ -250,7 +250,8 @@ def check_lora(eng: EngineConfig, model_dir: Path) -> None:
     names and shapes, its rank (nothing loaded: the model is built on the meta device)."""
     if not eng.lora_paths:
         return
-    from radixserve.lora.adapter import AdapterError, check_adapters
+    from radixserve.lora.adapter import check_adapters
+    from radixserve.lora.source import AdapterError
 
     try:
         check_adapters(model_dir, lora_path_pairs(eng.lora_paths), eng.max_lora_rank)

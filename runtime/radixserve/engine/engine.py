@@ -164,7 +164,7 @@ class Engine:
         cfg = self.cfg
         if not cfg.lora:
             return None
-        rank = cfg.max_lora_rank or max([16, *(config_rank(Path(p)) for p in
+        rank = cfg.max_lora_rank or max([16, *(config_rank(p) for p in
                                               lora_path_pairs(cfg.lora_paths).values())])
         pool = LoRAPool(self.model, cfg.max_loras_per_batch, rank, self.dtype, num_rows,
                         self.device)

@@ -21,25 +21,15 @@ import torch
 from torch import nn
 
 from radixserve.layers.lora import LoRATarget, full_shape, lora_parts
+from radixserve.lora.source import CONFIG_FILE, WEIGHTS_FILE, AdapterError, resolve_adapter_dir
 from radixserve.models.weights import WeightNameMap
 
-CONFIG_FILE = "adapter_config.json"
-WEIGHTS_FILE = "adapter_model.safetensors"
 _PREFIX = "base_model.model."  # PEFT's name of the wrapped model
 _MATRIX = re.compile(r"^(?P<module>.+)\.lora_(?P<m>[AB])\.weight$")
 # (config key, the value that means "not used") of PEFT features the update above leaves out
 _UNSUPPORTED = (("use_dora", False), ("bias", "none"), ("lora_bias", False),
                 ("modules_to_save", None), ("fan_in_fan_out", False), ("layer_replication", None),
                 ("trainable_token_indices", None), ("target_parameters", None))
-
-
-class AdapterError(ValueError):
-    """An adapter that cannot be loaded or unloaded; the message says why, `status` is the HTTP
-    status it answers (400: a bad adapter or name, 404: none of that name)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
 
 
 @dataclass(frozen=True)
@@ -77,9 +67,9 @@ def read_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def config_rank(path: Path) -> int:
+def config_rank(source: str) -> int:
     """The largest rank an adapter's config declares (its `r` and `rank_pattern`)."""
-    cfg = read_config(path)
+    cfg = read_config(resolve_adapter_dir(source))
     return int(max([cfg["r"], *(cfg.get("rank_pattern") or {}).values()]))
 
 
@@ -164,17 +154,18 @@ def _plan(path: Path, model: nn.Module, max_rank: int) -> dict[tuple[str, object
 
 
 def check_adapters(model_dir: Path, adapters: dict[str, str], max_rank: int | None) -> None:
-    """Raise AdapterError naming the first of `adapters` (name -> path) that cannot be served
+    """Raise AdapterError naming the first of `adapters` (name -> directory or hub id, fetched
+    here as the server would) that cannot be served
     beside the model in `model_dir` with slots of `max_rank` (None: the largest rank among them,
     at least 16), from configs and tensor headers alone: the model is built on the meta device,
     its shapes without any memory, so the parent process checks before anything loads."""
     from radixserve.models.loader import meta_model
 
     model = meta_model(model_dir)
-    ranks = {name: _naming(name, config_rank, Path(path)) for name, path in adapters.items()}
+    ranks = {name: _naming(name, config_rank, source) for name, source in adapters.items()}
     rank = max_rank or max([16, *ranks.values()])
-    for name, path in adapters.items():
-        _naming(name, _plan, Path(path), model, rank)
+    for name, source in adapters.items():
+        _naming(name, _plan, resolve_adapter_dir(source), model, rank)
 
 
 def _naming(name: str, check: Any, *args: Any) -> Any:
@@ -185,13 +176,14 @@ def _naming(name: str, check: Any, *args: Any) -> Any:
         raise AdapterError(f"adapter {name}: {e}") from None
 
 
-def read_adapter(name: str, path: str | Path, model: nn.Module, max_rank: int,
+def read_adapter(name: str, source: str | Path, model: nn.Module, max_rank: int,
                  dtype: torch.dtype) -> LoRAAdapter:
-    """The adapter at `path`, checked first (`check_adapter`), its matrices in `dtype` on the
-    host, each B times its module's scaling."""
+    """The adapter at `source` (a directory or a hub id, `resolve_adapter_dir`), checked first
+    as `check_adapters` checks, its matrices in `dtype` on the host, each B times its module's
+    scaling."""
     from safetensors import safe_open
 
-    path = Path(path)
+    path = resolve_adapter_dir(source)
     plan = _plan(path, model, max_rank)
     cfg = read_config(path)
     weights = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from radixserve.lora.adapter import AdapterError
+from radixserve.lora.source import AdapterError
 from radixserve.messages import (
     AbortMsg,
     GrammarsReady,

@@ -47,8 +47,9 @@ from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
-from radixserve.lora.adapter import AdapterError, read_adapter
+from radixserve.lora.adapter import read_adapter
 from radixserve.lora.manager import LoRAManager
+from radixserve.lora.source import AdapterError
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
