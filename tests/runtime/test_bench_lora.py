@@ -5,6 +5,7 @@ base model's on the same requests."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +14,10 @@ from radixserve import LLM, SamplingParams
 from radixserve.bench.lora import spread, write_dummy_adapters
 from radixserve.bench.workload import random_workload
 from radixserve.cli import main
+from tests.doc_commands import bad_commands
 from tests.runtime.test_bench_offline import ARGS, tok_s
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_dummy_adapters_cover_every_projection_and_change_the_tokens(tiny_ckpts, tmp_path) -> None:
@@ -28,6 +32,10 @@ def test_dummy_adapters_cover_every_projection_and_change_the_tokens(tiny_ckpts,
     sp = SamplingParams(max_tokens=12, ignore_eos=True)
     outs = [llm.generate(prompt, sp, lora=name)[0].token_ids for name in (None, *paths)]
     assert outs[0] != outs[1] and outs[1] != outs[2]
+
+
+def test_the_lora_docs_commands_parse() -> None:
+    assert not bad_commands(ROOT / "docs" / "lora.md")
 
 
 def test_spread_gives_the_adapters_in_turn() -> None:
