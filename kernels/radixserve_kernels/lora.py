@@ -23,9 +23,11 @@ import torch
 
 from radixserve_kernels._utils import cdiv, dot_precision
 
-# the shrink's K (the layer's input) is cut into splits of this many columns, summed after: the
-# rank is small, so without them a decode step would have a handful of programs a layer
-SHRINK_SPLIT_COLS = 512
+# the shrink's K (the layer's input) is cut into splits of at least this many columns, summed
+# after: the rank is small, so a long input (a down projection's) would leave a decode step a
+# handful of programs each streaming its whole A; a shorter one takes no split, whose sum would
+# cost two launches more than the stream it saves
+SHRINK_SPLIT_COLS = 4096
 
 
 class LoRAGroups(NamedTuple):

@@ -197,8 +197,10 @@ class Engine:
             return None
         buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.table.token_pool,
                                            self.table.page_table, self.padding_row)
-        forward = functools.partial(decode_logits, self.model, self.attn_backend, self.lora_pool)
-        return CudaGraphRunner(forward, self.attn_backend, buffer)
+        forward = functools.partial(decode_logits, self.model, self.attn_backend, None)
+        lora = (None if self.lora_pool is None else
+                functools.partial(decode_logits, self.model, self.attn_backend, self.lora_pool))
+        return CudaGraphRunner(forward, self.attn_backend, buffer, lora)
 
     def _make_prefill_graphs(self, max_prefill_length: int) -> PrefillGraphRunner | None:
         n = prefill_graph_tokens(self.cfg.prefill_graph_max_tokens, max_prefill_length)
