@@ -52,6 +52,12 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
+def pvc_source(source: str) -> tuple[str, str] | None:
+    """(claim, path inside the claim) of a pvc://CLAIM/path source, else None."""
+    m = _PVC_SOURCE.match(source)
+    return (m.group(1), m.group(3).strip("/")) if m else None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     source: str
@@ -67,8 +73,7 @@ class ModelSpec:
     @property
     def pvc(self) -> tuple[str, str] | None:
         """(claim, path inside the claim) for a pvc:// source."""
-        m = _PVC_SOURCE.match(self.source)
-        return (m.group(1), m.group(3).strip("/")) if m else None
+        return pvc_source(self.source)
 
     @property
     def hub_id(self) -> str | None:
@@ -226,8 +231,7 @@ class AdapterSpec:
     @property
     def pvc(self) -> tuple[str, str] | None:
         """(claim, path inside the claim) for a pvc:// source."""
-        m = _PVC_SOURCE.match(self.source)
-        return (m.group(1), m.group(3).strip("/")) if m else None
+        return pvc_source(self.source)
 
     @property
     def hub_id(self) -> str | None:
