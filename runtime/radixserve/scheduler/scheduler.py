@@ -47,7 +47,7 @@ from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
-from radixserve.lora.adapter import read_adapter
+from radixserve.lora.adapter import LoRAAdapter, read_adapter
 from radixserve.lora.manager import LoRAManager
 from radixserve.lora.source import AdapterError
 from radixserve.models.generation import eos_token_ids
@@ -147,7 +147,7 @@ class Scheduler:
             self._enqueue(req)
         return params
 
-    def _adapter(self, name: str) -> tuple:
+    def _adapter(self, name: str) -> tuple[LoRAAdapter, int]:
         """The served adapter `name` and its cache namespace, or AdmissionError (404)."""
         if self.lora is None or name not in self.lora.served:
             served = ", ".join(sorted(self.lora.served)) if self.lora is not None else ""
