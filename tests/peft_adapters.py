@@ -37,21 +37,7 @@ def write_adapters(base: Path, root: Path) -> dict[str, Path]:
             for seed, (name, cfg) in enumerate(ADAPTERS.items())}
 
 
-@torch.inference_mode()
-def peft_greedy(base: Path, adapter: Path | None, prompts: list[list[int]], max_new: int, *,
-                merged: bool = False) -> list[list[int]]:
-    """transformers + PEFT `generate`, greedy, EOS ignored, one prompt at a time: with the
-    adapter on top of the model (PEFT's forward), or merged into its weights (`merged`); the
-    base model alone for `adapter` None."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    if adapter is not None:
-        model = PeftModel.from_pretrained(model, adapter)
-        if merged:
-            model = model.merge_and_unload()
-    model.eval()
+def _greedy(model: Any, prompts: list[list[int]], max_new: int) -> list[list[int]]:
     outs = []
     for p in prompts:
         ids = torch.tensor([p])
@@ -60,3 +46,27 @@ def peft_greedy(base: Path, adapter: Path | None, prompts: list[list[int]], max_
                              pad_token_id=0)
         outs.append(gen[0, len(p):].tolist())
     return outs
+
+
+@torch.inference_mode()
+def peft_greedy(base: Path, adapter: Path | None, prompts: list[list[int]],
+                max_new: int) -> list[list[int]]:
+    """transformers + PEFT `generate`, greedy, EOS ignored, one prompt at a time, with the
+    adapter on top of the model (PEFT's forward); the base model alone for `adapter` None."""
+    return peft_greedy_both(base, adapter, prompts, max_new)[0]
+
+
+@torch.inference_mode()
+def peft_greedy_both(base: Path, adapter: Path | None, prompts: list[list[int]],
+                     max_new: int) -> tuple[list[list[int]], list[list[int]] | None]:
+    """`peft_greedy`'s tokens, and then those of the adapter merged into the weights
+    (`merge_and_unload`; None for the base model)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    if adapter is None:
+        return _greedy(model, prompts, max_new), None
+    model = PeftModel.from_pretrained(model, adapter).eval()
+    unmerged = _greedy(model, prompts, max_new)
+    return unmerged, _greedy(model.merge_and_unload(), prompts, max_new)
