@@ -153,3 +153,12 @@ def test_metrics_name_the_running_adapter(lora_server) -> None:
     assert 'running_lora_adapters="sql"' in labels and 'max_lora="2"' in labels, labels
     assert 'radixserve_lora_running_requests{adapter="sql"} 1.0' in text
     assert "radixserve_lora_slots 2.0" in text
+
+
+def test_a_server_without_lora_refuses_to_load_one(server) -> None:
+    body = {"lora_name": "sql", "lora_path": "org/sql-lora"}
+    r = httpx.post(f"{server.base}/v1/load_lora_adapter", json=body, headers=AUTH, timeout=10)
+    assert r.status_code == 400 and "--enable-lora" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.base}/v1/completions", headers=AUTH, timeout=10,
+                   json={"model": "tiny", "lora_path": "sql", "prompt": "hi", "max_tokens": 2})
+    assert r.status_code == 404 and "this server serves 'tiny'." in r.text

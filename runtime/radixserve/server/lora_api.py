@@ -33,6 +33,8 @@ async def _change(state: ServerState, msg: LoadLoRA | UnloadLoRA) -> dict:
 @router.post("/load_lora_adapter")
 @router.post("/v1/load_lora_adapter")
 async def load_lora_adapter(req: LoadLoRARequest, state: StateDep) -> dict:
+    if not state.cfg.engine.lora:  # nothing fetched for a server that cannot serve it
+        raise APIError(400, "LoRA adapters are not served: start with --enable-lora", "lora_path")
     if req.lora_name == state.model_name:
         raise APIError(400, f"adapter name {req.lora_name!r} is the base model's", "lora_name")
     try:  # a hub id is fetched here, off the event loop: the scheduler never waits on the network
