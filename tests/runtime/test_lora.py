@@ -189,6 +189,10 @@ def _bad_adapters(case: dict, root: Path) -> dict[str, tuple[Path, str]]:
     cfg = json.loads((not_lora / "adapter_config.json").read_text())
     (not_lora / "adapter_config.json").write_text(json.dumps(cfg | {"peft_type": "PREFIX_TUNING"}))
     bad["not lora"] = (not_lora, "only LORA")
+    bad_pattern = root / "bad-pattern"
+    shutil.copytree(case["adapters"]["sql"], bad_pattern)
+    (bad_pattern / "adapter_config.json").write_text(json.dumps(cfg | {"rank_pattern": {"(": 4}}))
+    bad["bad pattern"] = (bad_pattern, "is not a regular expression")
     bad["no dir"] = (root / "nowhere", "no such adapter directory")
     return bad
 

@@ -62,9 +62,23 @@ def read_config(path: Path) -> dict[str, Any]:
         if cfg.get(key, unused) not in (unused, [], {}):
             raise AdapterError(f"{file}: {key}={cfg[key]!r} is not supported")
     for key in ("r", "lora_alpha"):
-        if not isinstance(cfg.get(key), (int, float)) or isinstance(cfg.get(key), bool) or cfg[key] <= 0:
+        if not _positive(cfg.get(key)):
             raise AdapterError(f"{file}: {key} must be a positive number, got {cfg.get(key)!r}")
+    for key in ("rank_pattern", "alpha_pattern"):
+        patterns = cfg.get(key) or {}
+        if not isinstance(patterns, dict) or not all(_positive(v) for v in patterns.values()):
+            raise AdapterError(f"{file}: {key} must map module patterns to positive numbers")
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise AdapterError(f"{file}: {key}: {pattern!r} is not a regular expression "
+                                   f"({e})") from None
     return cfg
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def config_rank(source: str) -> int:

@@ -99,7 +99,7 @@ def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
 class _Shape:
     """One response's ids and its fixed fields, shared by the final object and the stream."""
 
-    def __init__(self, state: ServerState, req: ResponsesRequest, lora: str | None) -> None:
+    def __init__(self, state: ServerState, req: ResponsesRequest, lora: str | None = None) -> None:
         self.id = f"resp_{uuid.uuid4().hex}"
         self.msg_id, self.rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
         self.call_ids: dict[str, str] = {}  # a call's call_id -> its item's id
