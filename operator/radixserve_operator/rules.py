@@ -125,6 +125,21 @@ RULES: tuple[Rule, ...] = (
         "spec.runtime.extraArgs for other flags)",
     ),
     Rule(
+        "lora",
+        "!has(self.adapters) || self.adapters.all(a, a.source.startsWith('/') || "
+        "a.source.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$') || "
+        "a.source.matches('^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$'))",
+        "an adapter's source is a hub id (org/name), pvc://CLAIM/path or an absolute path",
+        ".adapters",
+    ),
+    Rule(
+        "",
+        "!has(self.lora) || !has(self.lora.adapters) || !has(self.model.servedName) || "
+        "!self.lora.adapters.exists(a, a.name == self.model.servedName)",
+        "an adapter cannot take the model's servedName",
+        ".lora.adapters",
+    ),
+    Rule(
         "autoscaling",
         "self.minReplicas <= self.maxReplicas",
         "minReplicas must not exceed maxReplicas",

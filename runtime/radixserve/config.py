@@ -60,6 +60,39 @@ def _attn_spec(v: str) -> str | None:
     return None
 
 
+# an adapter's name as clients give it in `model` ("name" or "base:name")
+_ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def adapter_name_fault(name: str) -> str | None:
+    """Why `name` cannot name a LoRA adapter, or None."""
+    if not _ADAPTER_NAME.fullmatch(name):
+        return (f"adapter name {name!r} must start with a letter or digit and hold only letters, "
+                "digits and . _ / -")
+    return None
+
+
+def lora_path_pairs(specs: tuple[str, ...] | None) -> dict[str, str]:
+    """`--lora-paths` as {name: path}: each NAME=PATH, or a PATH named by its last component."""
+    pairs = {}
+    for spec in specs or ():
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = spec.rstrip("/").rsplit("/", 1)[-1], spec
+        pairs[name] = path
+    return pairs
+
+
+def _lora_paths(v: tuple[str, ...]) -> str | None:
+    names = [n for spec in v for n in lora_path_pairs((spec,))]
+    for name in names:
+        if (why := adapter_name_fault(name)) is not None:
+            return why
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        return f"names adapter {dup[0]!r} twice"
+    return None
+
+
 def _chat_template(v: str) -> str | None:
     try:
         read_chat_template(v)
@@ -112,9 +145,34 @@ class EngineConfig:
         None, "--context-length", "--max-model-len", parse=int, check=at_least(2),
         help="longest prompt + reply served (shorter than the model's also shrinks the page "
              "table)", default_text="the model's context length")
+    # LoRA adapters (SGLang's flags): docs/lora.md
+    enable_lora: bool = option(
+        False, "--enable-lora", store=True, default_text="off",
+        help="serve PEFT LoRA adapters beside the model: those of --lora-paths and any loaded "
+             "at run time (on whenever --lora-paths is given)")
+    lora_paths: tuple[str, ...] | None = option(
+        None, "--lora-paths", nargs="+", check=_lora_paths, metavar="NAME=PATH",
+        help="adapters served from the start, each NAME=PATH (or PATH, named by its last "
+             "component); a request picks one with model NAME or BASE:NAME")
+    max_loras_per_batch: int = option(
+        8, "--max-loras-per-batch", parse=int, check=positive,
+        help="adapter slots on the device: the most adapters running requests use at once (a "
+             "request of another waits; slots are refilled from host memory, least recently "
+             "used first)")
+    max_lora_rank: int | None = option(
+        None, "--max-lora-rank", parse=int, check=within(1, 256),
+        default_text="the largest rank of --lora-paths, at least 16",
+        help="the largest adapter rank served (the slots' size; a larger adapter is refused)")
 
     def __post_init__(self) -> None:
         check_options(self)
+        if isinstance(self.lora_paths, list):  # (frozen: the command line gives a tuple)
+            object.__setattr__(self, "lora_paths", tuple(self.lora_paths))
+
+    @property
+    def lora(self) -> bool:
+        """Whether LoRA adapters are served (`--enable-lora`, or any `--lora-paths`)."""
+        return self.enable_lora or bool(self.lora_paths)
 
     def context_limit(self, max_position_embeddings: int) -> int:
         """The longest sequence (prompt and reply) served: the model's context length, or the

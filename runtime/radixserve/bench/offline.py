@@ -27,7 +27,7 @@ def run_scheduler(sched: Scheduler, reqs: list[BenchRequest], uid0: int = 0,
     start = time.perf_counter()
     for i, r in enumerate(reqs):
         sched.add_request(uid0 + i, r.input_ids, SamplingParams(
-            max_tokens=r.output_len, ignore_eos=True, json_schema=json_schema))
+            max_tokens=r.output_len, ignore_eos=True, json_schema=json_schema), lora=r.lora)
     produced = 0
     while sched.has_work:
         if phases is not None:
@@ -70,7 +70,15 @@ def describe(sched: Scheduler) -> str:
             f"graphs {'on' if eng.graph_runner else 'off'}, {_prefill_graphs(eng)}, "
             f"overlap {'on' if sched.overlap else 'off'}, "
             f"mixed chunk {'on' if sched.cfg.mixed_chunk else 'off'}, "
-            f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.prefill_length}")
+            f"cache {sched.cfg.cache}, page {eng.page_size}, prefill chunk {sched.prefill_length}"
+            + _lora(sched))
+
+
+def _lora(sched: Scheduler) -> str:
+    if sched.lora is None:
+        return ""
+    pool = sched.lora.pool
+    return f", LoRA {len(sched.lora.served)} adapters in {pool.num_slots} slots of rank {pool.max_rank}"
 
 
 def bench_config(

@@ -25,6 +25,10 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
                         "Face fp8 checkpoint; kept FP8 for a 16-bit model on CUDA); several run "
                         "in turn, e.g. --dummy-quantization none fp8 (offline: on the same "
                         "requests, each compared with the first)")
+    p.add_argument("--dummy-loras", type=int, default=0, metavar="N",
+                   help="then run again with N random LoRA adapters (PEFT files of the model's "
+                        "shapes, rank --max-lora-rank, default 16, on every linear projection), "
+                        "the requests spread over them, and compare with the base model's run")
     p.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                    help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                         "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
@@ -118,6 +122,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _engine_configs(args: argparse.Namespace):
     import dataclasses
 
+    if args.dummy_loras < 0:
+        raise SystemExit(f"bench: --dummy-loras must be at least 0, got {args.dummy_loras}")
     from radixserve.bench.presets import preset_dir
     from radixserve.cli.preflight import engine_configs
 
@@ -129,6 +135,27 @@ def _engine_configs(args: argparse.Namespace):
     if args.dummy_weights:
         eng = dataclasses.replace(eng, load_format="dummy")
     return eng, sch
+
+
+@contextlib.contextmanager
+def _lora_engine(eng, count: int):
+    """(engine config serving `count` dummy adapters, their names), the adapters written to a
+    temporary directory removed on exit."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from radixserve.bench.lora import DEFAULT_RANK, write_dummy_adapters
+    from radixserve.models.default_model import resolve_model_path
+
+    rank = eng.max_lora_rank or DEFAULT_RANK
+    with tempfile.TemporaryDirectory(prefix="radixserve-loras-") as tmp:
+        paths = write_dummy_adapters(resolve_model_path(eng.model), Path(tmp), count, rank)
+        print(f"LoRA: {count} dummy adapters of rank {rank} on every linear projection, "
+              f"{eng.max_loras_per_batch} slots; the requests spread over them in turn", flush=True)
+        yield (dataclasses.replace(eng, max_lora_rank=rank,
+                                   lora_paths=tuple(f"{n}={p}" for n, p in paths.items())),
+               list(paths))
 
 
 def _allreduce_modes(args: argparse.Namespace, tp: int) -> list[str | None]:
@@ -180,6 +207,7 @@ def run_latency(args: argparse.Namespace) -> int:
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
     # the device's copy rate, measured before any engine holds its memory
     bandwidth = copy_bandwidth(resolve_device(eng.device))
+    base_ms: dict[int, float] = {}  # the first configuration's step per batch size
     for (quant, eng), mode in itertools.product(engines, modes):
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
             tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
@@ -196,6 +224,7 @@ def run_latency(args: argparse.Namespace) -> int:
             bound = bound_ms(weight_bytes, bandwidth)
             for i, bs in enumerate(args.batch_sizes):
                 ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
+                base_ms.setdefault(bs, ms)
                 line = f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s"
                 if bs == 1:
                     line += (f"  {bound / ms:4.0%} of the weight-read bound ({weight_bytes / 1e9:.4g}"
@@ -215,6 +244,14 @@ def run_latency(args: argparse.Namespace) -> int:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    if args.dummy_loras:
+        with _lora_engine(engines[0][1], args.dummy_loras) as (eng, names), \
+                scheduler_group(eng, sch) as sched:
+            for i, bs in enumerate(args.batch_sizes):
+                ms = decode_step_ms(sched, bs, args.input_len, args.steps,
+                                    uid0=(2 * len(args.batch_sizes) + i) * 100_000, loras=names)
+                print(f"batch {bs:>4} LoRA: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s  "
+                      f"{ms / base_ms[bs]:.3f}x the base model's step", flush=True)
     return 0
 
 
@@ -353,14 +390,15 @@ def run_offline(args: argparse.Namespace) -> int:
               if args.constrained or args.json_schema or args.compare_constrained else None)
     main_schema = None if args.compare_constrained else schema
 
-    def run(label: str, e=eng, s=sch, env: dict | None = None, json_schema: str | None = None) -> float:
+    def run(label: str, e=eng, s=sch, env: dict | None = None, json_schema: str | None = None,
+            work: list | None = None) -> float:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         def report(tps: float, desc: str) -> None:
             print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
 
         try:
-            runs = [bench_config(e, s, reqs, args.warmup, report, json_schema,
+            runs = [bench_config(e, s, work or reqs, args.warmup, report, json_schema,
                                  phases=args.phases)[0] for _ in range(args.repeat)]
         finally:
             for k, v in old.items():
@@ -378,6 +416,13 @@ def run_offline(args: argparse.Namespace) -> int:
         label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
         tps = run(label, env=None if mode is None else {ENV: mode}, json_schema=main_schema)
         ours = ours or tps  # the first mode is the one the ablations and baseline compare with
+    if args.dummy_loras:
+        from radixserve.bench.lora import spread
+
+        with _lora_engine(eng, args.dummy_loras) as (e, names):
+            tps = run(f"radixserve {len(names)} LoRAs", e=e, json_schema=main_schema,
+                      work=spread(reqs, names))
+        print(f"{'ratio LoRA/base':<28} {tps / ours:>10.3f}x", flush=True)
     for quant, e in variants[1:]:
         tps = run(f"radixserve weights {quant}", e=e, json_schema=main_schema)
         print(f"{'ratio weights':<28} {tps / ours:>10.3f}x ({quant} / {variants[0][0]})", flush=True)

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from radixserve_kernels import LoRAGroups
 
 
 @dataclass
@@ -27,6 +30,10 @@ class Batch:
     seq_lens_cpu: list[int]
     extend_lens_cpu: list[int]
     attn_metadata: object | None = None  # built by the attention backend's prepare()
+    # whether a request of the batch runs with a LoRA adapter (set by the scheduler), and its
+    # tokens grouped by adapter slot (set by the engine, `lora/pool.py`)
+    uses_lora: bool = False
+    lora: LoRAGroups | None = None
 
     @property
     def bs(self) -> int:

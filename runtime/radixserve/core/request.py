@@ -10,6 +10,7 @@ from radixserve.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from radixserve.constrained.matcher import GrammarState
+    from radixserve.lora.adapter import LoRAAdapter
 
 
 @dataclass(eq=False)
@@ -31,6 +32,9 @@ class Req:
     prompt_lps: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     aborted: bool = False
     finished: bool = False
+    lora: LoRAAdapter | None = None  # the LoRA adapter it runs with (None: the base model)
+    namespace: int = 0  # its prefix-cache namespace (the adapter's load, `lora/manager.py`)
+    lora_slot: int = -1  # the device slot holding its adapter while admitted
 
     @property
     def prompt_len(self) -> int:

@@ -37,8 +37,9 @@ class BasePrefixCache(ABC):
         return torch.empty(0, dtype=torch.int64, device=self.device)
 
     @abstractmethod
-    def match_prefix(self, input_ids: list[int]) -> MatchResult:
-        """The longest cached prefix of `input_ids`, cut down to whole pages.
+    def match_prefix(self, input_ids: list[int], namespace: int = 0) -> MatchResult:
+        """The longest cached prefix of `input_ids` in `namespace` (0: the base model's; each
+        LoRA adapter has its own: KV is never shared across namespaces), cut down to whole pages.
 
         Refreshes the LRU time of everything matched. The handle stays valid only while locked:
         call `lock` before anything can evict."""
@@ -53,8 +54,8 @@ class BasePrefixCache(ABC):
         """Drop a reference taken by `lock(handle)`."""
 
     @abstractmethod
-    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor) -> int:
-        """Cache a page-aligned sequence whose KV lives at `indices` (same length).
+    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor, namespace: int = 0) -> int:
+        """Cache a page-aligned sequence whose KV lives at `indices` (same length) in `namespace`.
 
         Returns how many leading tokens were already cached (page-aligned); their slots stay the
         cache's own, so the caller frees its duplicates for those positions. The rest of

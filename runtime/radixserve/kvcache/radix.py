@@ -1,7 +1,9 @@
-"""The radix prefix cache: a tree of token runs, split only at page boundaries.
+"""The radix prefix cache: a tree of token runs, split only at page boundaries; one tree per
+namespace (the base model's is 0; each LoRA adapter load has its own, `lora/manager.py`), so KV
+computed under one adapter is never matched by a request of another.
 
 Invariants (`check_integrity` walks the tree and checks each one):
-- a non-root node's `key` (token ids) and `indices` (KV slots) have the same non-zero length, a
+- a root's key is empty and it has no parent; a non-root node's `key` (token ids) and `indices` (KV slots) have the same non-zero length, a
   multiple of page_size; its parent's `children` holds it under `key[:page_size]`;
 - `ref(node) == locks(node) + sum(ref(child))`, where `locks(node)` counts the live `lock` calls
   whose handle is this node; so `ref(node)` is the number of locks whose handle lies in its
@@ -55,7 +57,7 @@ class RadixPrefixCache(BasePrefixCache):
         self.reset()
 
     def reset(self) -> None:
-        self._root = RadixNode((), self.empty_indices(), None, 0)
+        self._roots: dict[int, RadixNode] = {}
         self._clock = 0
         self._evictable = 0
         self._protected = 0
@@ -65,17 +67,23 @@ class RadixPrefixCache(BasePrefixCache):
     def size_info(self) -> SizeInfo:
         return SizeInfo(evictable=self._evictable, protected=self._protected)
 
-    def match_prefix(self, input_ids: list[int]) -> MatchResult:
-        node, matched, parts = self._walk(tuple(input_ids), self._tick())
+    def _root(self, namespace: int) -> RadixNode:
+        root = self._roots.get(namespace)
+        if root is None:
+            root = self._roots[namespace] = RadixNode((), self.empty_indices(), None, 0)
+        return root
+
+    def match_prefix(self, input_ids: list[int], namespace: int = 0) -> MatchResult:
+        node, matched, parts = self._walk(tuple(input_ids), self._tick(), namespace)
         indices = torch.cat(parts) if parts else self.empty_indices()
         return MatchResult(node, matched, indices)
 
     def lock(self, handle: Any) -> None:
         node: RadixNode = handle
-        assert node is self._root or node.parent is not None, "locking an evicted node"
+        assert _is_root(node) or node.parent is not None, "locking an evicted node"
         node.locks += 1
         while node is not None:
-            if node.ref == 0 and node is not self._root:
+            if node.ref == 0 and not _is_root(node):
                 self._evictable -= len(node.key)
                 self._protected += len(node.key)
                 self._leaves.discard(node)
@@ -89,19 +97,19 @@ class RadixPrefixCache(BasePrefixCache):
         while node is not None:
             assert node.ref > 0, f"{node} unlocked below zero"
             node.ref -= 1
-            if node.ref == 0 and node is not self._root:
+            if node.ref == 0 and not _is_root(node):
                 self._evictable += len(node.key)
                 self._protected -= len(node.key)
                 if not node.children:
                     self._leaves.add(node)
             node = node.parent
 
-    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor) -> int:
+    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor, namespace: int = 0) -> int:
         ids = tuple(input_ids)
         assert len(ids) % self.page_size == 0, f"insert of {len(ids)} tokens is not page-aligned"
         assert len(indices) == len(ids), f"{len(ids)} tokens but {len(indices)} slots"
         tick = self._tick()
-        node, matched, _ = self._walk(ids, tick)
+        node, matched, _ = self._walk(ids, tick, namespace)
         if matched < len(ids):
             new_slots = indices[matched:].to(self.device, torch.int64, copy=True)
             child = RadixNode(ids[matched:], new_slots, node, tick)
@@ -126,7 +134,7 @@ class RadixPrefixCache(BasePrefixCache):
             self._evictable -= len(node.key)
             num_freed += len(node.key)
             freed.append(node.indices)
-            if parent is not self._root and parent.ref == 0 and not parent.children:
+            if not _is_root(parent) and parent.ref == 0 and not parent.children:
                 self._leaves.add(parent)
                 heapq.heappush(heap, (parent.last_access, parent.uid, parent))
         return torch.cat(freed) if freed else self.empty_indices()
@@ -142,7 +150,7 @@ class RadixPrefixCache(BasePrefixCache):
     def _nodes(self) -> list[RadixNode]:
         """Every non-root node, parents before children."""
         out: list[RadixNode] = []
-        stack = list(self._root.children.values())
+        stack = [c for root in self._roots.values() for c in root.children.values()]
         while stack:
             node = stack.pop()
             out.append(node)
@@ -150,13 +158,14 @@ class RadixPrefixCache(BasePrefixCache):
         return out
 
     def _walk(
-        self, ids: tuple[int, ...], tick: int
+        self, ids: tuple[int, ...], tick: int, namespace: int
     ) -> tuple[RadixNode, int, list[torch.Tensor]]:
-        """Follow `ids` down whole pages, splitting a node the match ends inside, and touching
-        every node matched. Returns the deepest matched node, the matched length, its slots."""
+        """Follow `ids` down whole pages of `namespace`'s tree, splitting a node the match ends
+        inside, and touching every node matched. Returns the deepest matched node, the matched
+        length, its slots."""
         ps = self.page_size
         end = len(ids) - len(ids) % ps
-        node, pos, parts = self._root, 0, []
+        node, pos, parts = self._root(namespace), 0, []
         while pos < end:
             child = node.children.get(ids[pos : pos + ps])
             if child is None:
@@ -193,12 +202,14 @@ class RadixPrefixCache(BasePrefixCache):
         return upper
 
     def check_integrity(self) -> None:
-        ps, root = self.page_size, self._root
-        _check(root.parent is None and not root.key and len(root.indices) == 0, "root has content")
+        ps, roots = self.page_size, list(self._roots.values())
+        for root in roots:
+            _check(root.parent is None and not root.key and len(root.indices) == 0,
+                   "root has content")
         evictable = protected = 0
         leaves: set[RadixNode] = set()
         slots: list[torch.Tensor] = []
-        for node in [root, *self._nodes()]:
+        for node in [*roots, *self._nodes()]:
             child_refs = sum(c.ref for c in node.children.values())
             _check(node.locks >= 0, f"{node} has negative locks")
             _check(
@@ -208,9 +219,9 @@ class RadixPrefixCache(BasePrefixCache):
             for first_page, child in node.children.items():
                 _check(child.parent is node, f"{child} does not point back to its parent")
                 _check(child.key[:ps] == first_page, f"{child} is filed under a wrong key")
-                _check(child.last_access <= node.last_access or node is root,
+                _check(child.last_access <= node.last_access or _is_root(node),
                        f"{child} was accessed after its parent {node}")
-            if node is root:
+            if _is_root(node):
                 continue
             n = len(node.key)
             _check(n > 0 and n % ps == 0, f"{node}: key length {n} not a positive page multiple")
@@ -238,6 +249,10 @@ class RadixPrefixCache(BasePrefixCache):
                 bool((pages[:, 0] % ps == 0).all()) and torch.equal(pages, in_order),
                 "slots in the tree are not whole, in-order pages",
             )
+
+
+def _is_root(node: RadixNode) -> bool:
+    return not node.key  # (an evicted node has no parent either, but keeps its key)
 
 
 def _check(ok: bool, message: str) -> None:

@@ -11,7 +11,6 @@ import zmq
 
 from radixserve.messages.codec import decode, encode
 
-
 MAX_SOCKET_PATH = 100  # sockaddr_un's sun_path is 108 bytes; the longest socket name is 11
 
 

@@ -54,8 +54,8 @@ class CacheManager:
         """What admission may reserve: free pages plus what eviction could free."""
         return self.num_free_pages * self.page_size + self.cache.size_info.evictable
 
-    def match(self, input_ids: list[int]) -> MatchResult:
-        return self.cache.match_prefix(input_ids)
+    def match(self, input_ids: list[int], namespace: int = 0) -> MatchResult:
+        return self.cache.match_prefix(input_ids, namespace)
 
     def lock(self, handle: Any) -> None:
         self.cache.lock(handle)
@@ -86,7 +86,8 @@ class CacheManager:
         self._held -= slots.numel()
 
     def cache_req(
-        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any
+        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any,
+        namespace: int = 0,
     ) -> None:
         """On finish or abort: give the request's computed KV to the prefix cache and release
         the rest. `slots[:cached_len]` came from `match`; the request allocated the others."""
@@ -97,7 +98,8 @@ class CacheManager:
         )
         slots = slots.to(torch.int64)
         aligned = len(token_ids) - len(token_ids) % ps
-        already = self.cache.insert_prefix(token_ids[:aligned], slots[:aligned]) if aligned else 0
+        already = (self.cache.insert_prefix(token_ids[:aligned], slots[:aligned], namespace)
+                   if aligned else 0)
         # The locked match keeps token_ids[:cached_len] in the cache, so insert found it again.
         assert already >= min(cached_len, aligned), (
             f"insert found {already} cached tokens, fewer than the {cached_len} matched"
@@ -111,7 +113,8 @@ class CacheManager:
         assert self._held >= 0, f"held tokens went negative ({self._held}): a request cached twice?"
 
     def share_prefix(
-        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any
+        self, token_ids: list[int], slots: torch.Tensor, cached_len: int, handle: Any,
+        namespace: int = 0,
     ) -> MatchResult | None:
         """Mid-prefill: put the request's computed prompt KV (its whole pages) in the prefix
         cache, so requests admitted from now on share it (SGLang's cache_unfinished_req). The
@@ -123,9 +126,9 @@ class CacheManager:
         if not self.shares_prefixes or aligned <= cached_len:
             return None
         slots = slots[:aligned].to(torch.int64)
-        already = self.cache.insert_prefix(token_ids[:aligned], slots)
+        already = self.cache.insert_prefix(token_ids[:aligned], slots, namespace)
         assert already >= cached_len, f"insert found {already} cached tokens, {cached_len} matched"
-        match = self.cache.match_prefix(token_ids[:aligned])
+        match = self.cache.match_prefix(token_ids[:aligned], namespace)
         assert match.cached_len == aligned, (match.cached_len, aligned)
         self.cache.lock(match.handle)
         self.cache.unlock(handle)

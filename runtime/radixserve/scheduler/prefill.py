@@ -10,6 +10,7 @@ from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
     from radixserve.core.table import TableManager
+    from radixserve.lora.manager import LoRAManager
     from radixserve.scheduler.cache_manager import CacheManager
 
 
@@ -33,8 +34,9 @@ class PrefillAdder:
     MAX_OVERTAKES = 32
     WAIT_FOR_PREFIX = 32  # tokens (and at least a page)
 
-    def __init__(self, cache: CacheManager, table: TableManager, max_running: int) -> None:
-        self.cache, self.table, self.max_running = cache, table, max_running
+    def __init__(self, cache: CacheManager, table: TableManager, max_running: int,
+                 lora: LoRAManager | None = None) -> None:
+        self.cache, self.table, self.max_running, self.lora = cache, table, max_running, lora
         self.prefix_hit_tokens = 0
         self._head: Req | None = None  # the oldest waiting request, and how often it was passed
         self._overtakes = 0
@@ -71,26 +73,37 @@ class PrefillAdder:
             budget -= n
         return items
 
-    def _waits_for_prefix(self, ids: list[int], cached_len: int, owners: list[Req]) -> bool:
+    def _waits_for_prefix(self, req: Req, ids: list[int], cached_len: int,
+                          owners: list[Req]) -> bool:
         need = max(self.WAIT_FOR_PREFIX, self.cache.page_size)
         # the first-token test is cheap, and most prompts differ at once
-        return any(owner.input_ids[0] == ids[0]
+        return any(owner.input_ids[0] == ids[0] and owner.namespace == req.namespace
                    and len(os.path.commonprefix([ids, owner.input_ids])) - cached_len >= need
                    for owner in owners)
 
     def _admit(self, req: Req, owners: list[Req]) -> bool:
         # the last prompt token is always computed; with prompt logprobs, every one of them
         ids = req.input_ids[:-1] if req.params.prompt_logprobs is None else []
-        match = self.cache.match(ids)
+        match = self.cache.match(ids, req.namespace)
         if ids and owners and self.cache.shares_prefixes and self._waits_for_prefix(
-                ids, match.cached_len, owners):
+                req, ids, match.cached_len, owners):
             return False
+        lora_slot = -1
+        if req.lora is not None:
+            assert self.lora is not None, "an adapter's request admitted without LoRA on"
+            if (lora_slot := self.lora.acquire(req.lora, req.namespace)) is None:
+                return False
         self.cache.lock(match.handle)  # before allocating: eviction must not take our prefix
         slots = self.cache.allocate(req.reserve_len - match.cached_len)
         if slots is None:
             self.cache.unlock(match.handle)
+            if lora_slot >= 0:
+                self.lora.release(lora_slot)
             return False
         req.row = self.table.alloc_row()
+        req.lora_slot = lora_slot
+        if self.lora is not None:
+            self.lora.pool.row_slots[req.row] = lora_slot
         req.cache_handle, req.cached_len, req.kv_len = match.handle, match.cached_len, match.cached_len
         req.num_slots = match.cached_len + len(slots)
         pt, row = self.table.page_table, req.row

@@ -26,6 +26,10 @@ A request's life is owned here: `add_request` admits it (`admission.py`: every c
 on EOS, a stop token id, `max_tokens` or a complete grammar and releases its KV. Stop *strings*
 are matched on the text, by the detokenizer (`tokenizer/detokenize.py`), which then aborts it.
 `scheduler/lifecycle.py` turns this API into the pipeline's messages for every caller.
+
+LoRA (`--enable-lora`): the adapters served (`load_lora`, `unload_lora`, those of `--lora-paths`
+at start) and their device slots are `lora/manager.py`'s; a request names its adapter at
+`add_request`, takes a slot at admission and gives it back when released.
 """
 from __future__ import annotations
 
@@ -36,13 +40,16 @@ from pathlib import Path
 
 import torch
 
-from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.config import EngineConfig, SchedulerConfig, adapter_name_fault, lora_path_pairs
 from radixserve.constrained.manager import GrammarManager
 from radixserve.core.output import RequestFailure, TokenOutput
 from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
+from radixserve.lora.adapter import LoRAAdapter, read_adapter
+from radixserve.lora.manager import LoRAManager
+from radixserve.lora.source import AdapterError
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
@@ -71,7 +78,9 @@ class Scheduler:
         self.device = self.engine.device
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
-        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests)
+        pool = self.engine.lora_pool
+        self.lora = LoRAManager(pool) if pool is not None else None
+        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests, self.lora)
         self.eos_ids: set[int] = eos_token_ids(self.model_path, self.engine.source.config)
         self.sampler = Sampler(self.device, engine.seed, frozenset(self.eos_ids))
         self.vocab_size = int(self.engine.hf_config.vocab_size)
@@ -91,6 +100,8 @@ class Scheduler:
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
         self.decode_kv_tokens = 0  # KV tokens the decode rows attended over (bench --phases)
         self.token_wait_s = 0.0  # time spent waiting for batches' sampled tokens (bench --phases)
+        for name, path in lora_path_pairs(engine.lora_paths).items():
+            self.load_lora(name, path)
 
     @property
     def model_path(self) -> Path:
@@ -110,21 +121,23 @@ class Scheduler:
                     or len(self.grammars))
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
-                    auto_max_tokens: bool = False) -> SamplingParams | None:
-        """Admit and queue a request: the parameters it runs with (`max_tokens` filled in when
-        `auto_max_tokens`), None if it was aborted before it arrived (it is dropped), or
-        AdmissionError (a ValueError naming the field) if refused."""
+                    auto_max_tokens: bool = False, lora: str | None = None) -> SamplingParams | None:
+        """Admit and queue a request (of the LoRA adapter named `lora`, else the base model):
+        the parameters it runs with (`max_tokens` filled in when `auto_max_tokens`), None if it
+        was aborted before it arrived (it is dropped), or AdmissionError (a ValueError naming
+        the field) if refused."""
         if self.ledger.take_tombstone(uid):
             self.ledger.finished(uid)
             return None
         if uid in self.reqs:
             raise AdmissionError(f"uid: request {uid} is already queued", "uid")
         try:
+            adapter, namespace = self._adapter(lora) if lora is not None else (None, 0)
             params = check_request(input_ids, params, self.limits, auto_max_tokens)
         except AdmissionError:
             self.ledger.finished(uid)  # a late abort of it is then a no-op, not a tombstone
             raise
-        req = Req(uid, list(input_ids), params)
+        req = Req(uid, list(input_ids), params, lora=adapter, namespace=namespace)
         if params.seed is not None:
             req.generator = self.sampler.new_request_generator(params.seed)
         self.reqs[uid] = req
@@ -133,6 +146,43 @@ class Scheduler:
         else:
             self._enqueue(req)
         return params
+
+    def _adapter(self, name: str) -> tuple[LoRAAdapter, int]:
+        """The served adapter `name` and its cache namespace, or AdmissionError (404)."""
+        if self.lora is None or name not in self.lora.served:
+            served = ", ".join(sorted(self.lora.served)) if self.lora is not None else ""
+            raise AdmissionError(
+                f"model: LoRA adapter {name!r} is not loaded; served: "
+                f"{served or 'none'}" + ("" if self.lora else " (LoRA is off: --enable-lora)"),
+                "model", "model_not_found", 404)
+        return self.lora.served[name]
+
+    def load_lora(self, name: str, path: str) -> None:
+        """Serve the PEFT adapter at `path` as `name`: AdapterError (400) before anything is
+        loaded if it cannot be (LoRA off, a name in use, a bad adapter)."""
+        if self.lora is None:
+            raise AdapterError("LoRA adapters are not served: start with --enable-lora")
+        if (why := adapter_name_fault(name)) is not None:
+            raise AdapterError(why)
+        if name in self.lora.served:
+            raise AdapterError(f"adapter {name!r} is already loaded (unload it first)")
+        pool = self.lora.pool
+        adapter = read_adapter(name, path, self.engine.model, pool.max_rank, self.engine.dtype)
+        self.lora.add(adapter)
+        logger.info("LoRA: serving adapter %r (rank %d, %d projections) from %s", name,
+                    adapter.rank, len(adapter.weights), path)
+
+    def unload_lora(self, name: str) -> None:
+        """Stop serving adapter `name` (AdapterError 404 if it is not served); requests already
+        accepted finish with it."""
+        if self.lora is None or name not in self.lora.served:
+            raise AdapterError(f"LoRA adapter {name!r} is not loaded", status=404)
+        self.lora.remove(name)
+        logger.info("LoRA: adapter %r unloaded", name)
+
+    def served_loras(self) -> dict[str, str]:
+        """The adapters served, name -> path."""
+        return {} if self.lora is None else {n: a.path for n, (a, _) in self.lora.served.items()}
 
     def _enqueue(self, req: Req) -> None:
         """Into the waiting queue behind every request of its priority or a more urgent one."""
@@ -244,6 +294,7 @@ class Scheduler:
                                          [r.kv_len for r, _ in items]) if decode else None
         if batch is None:
             batch = build_batch(items, self.table, self.device, decode)
+        batch.uses_lora = any(r.lora is not None for r, _ in items)
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
@@ -267,7 +318,7 @@ class Scheduler:
         ends, so requests sharing the prompt's prefix reuse it while this one still runs."""
         pt = self.table.page_table
         match = self.cache.share_prefix(req.input_ids[: req.kv_len], pt[req.row, : req.kv_len],
-                                        req.cached_len, req.cache_handle)
+                                        req.cached_len, req.cache_handle, req.namespace)
         if match is not None:
             pt[req.row, req.cached_len : match.cached_len] = match.indices[req.cached_len:].to(
                 pt.device, pt.dtype)
@@ -389,9 +440,13 @@ class Scheduler:
     def _release(self, req: Req) -> None:
         """Hand the request's KV to the prefix cache (it frees what it does not keep)."""
         slots = self.table.page_table[req.row, : req.num_slots].long()
-        self.cache.cache_req(req.all_ids[: req.kv_len], slots, req.cached_len, req.cache_handle)
+        self.cache.cache_req(req.all_ids[: req.kv_len], slots, req.cached_len, req.cache_handle,
+                             req.namespace)
         self.table.free_row(req.row)
         req.row = -1
+        if req.lora_slot >= 0:
+            self.lora.release(req.lora_slot)
+            req.lora_slot = -1
 
     def stats(self) -> dict[str, int]:
         size = self.cache.size_info
@@ -408,7 +463,17 @@ class Scheduler:
             # what running requests hold or lock: the pool minus free pages and evictable cache
             "kv_tokens_in_use": self.cache.num_slots - self.cache.available_tokens,
             "kv_tokens_total": self.cache.num_slots,
+            "lora_slots": 0 if self.lora is None else self.lora.pool.num_slots,
         }
+
+    def lora_requests(self) -> dict[str, list[int]]:
+        """[running, waiting] requests of each LoRA adapter that has any."""
+        out: dict[str, list[int]] = {}
+        for i, reqs in enumerate((self.running, self.waiting)):
+            for r in reqs:
+                if r.lora is not None:
+                    out.setdefault(r.lora.name, [0, 0])[i] += 1
+        return out
 
     def check_integrity(self) -> None:
         self.cache.check_integrity()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from radixserve.messages import SchedulerStats
+from radixserve.server.lora_metrics import LoRAMetrics
 from radixserve.server.sglang_metrics import SGLangMetrics
 
 # NOTE: LLM latencies span decades: a decode step is milliseconds, a long prefill behind a queue is
@@ -51,10 +52,13 @@ class ServerMetrics:
         self._last: dict[str, int] = dict.fromkeys(self.counters, 0)
         self.integrity.set(-1)
         self.sglang = SGLangMetrics(r)
+        self.lora = LoRAMetrics(r)
         self.last_stats: dict[str, int] = {}  # the scheduler's latest, for the load endpoints
 
     def on_stats(self, msg: SchedulerStats) -> None:
         self.last_stats = msg.stats
+        if msg.stats.get("lora_slots"):
+            self.lora.on_stats(msg.stats["lora_slots"], msg.lora)
         self.sglang.on_stats(msg.stats, msg.stats.get("prefix_hit_tokens", 0) - self._last["prefix_hit_tokens"])
         for key, gauge in self.gauges.items():
             if key in msg.stats:
