@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
+
+
+class KVReady(Protocol):
+    """What a forward waits for before a layer's attention reads KV still being copied in (the
+    host KV tier's loads, `scheduler/host_tier.py`)."""
+
+    def wait(self, layer_id: int) -> None: ...
 
 
 @dataclass
@@ -27,6 +34,7 @@ class Batch:
     seq_lens_cpu: list[int]
     extend_lens_cpu: list[int]
     attn_metadata: object | None = None  # built by the attention backend's prepare()
+    kv_ready: KVReady | None = None  # pages this batch reads that are still being loaded
 
     @property
     def bs(self) -> int:

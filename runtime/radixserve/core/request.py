@@ -29,6 +29,12 @@ class Req:
     prompt_lps: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     aborted: bool = False
     finished: bool = False
+    arrival: int = 0  # the scheduler's arrival count: ties in the queue and in retraction
+    # retraction: tokens of `all_ids` to prefill again when re-admitted (0: the prompt), and the
+    # KV it had computed when retracted (what re-admission may have to compute again)
+    resume_len: int = 0
+    retracted_kv: int = 0
+    overtaken: int = 0  # later arrivals of its priority admitted before it (scheduling policies)
 
     @property
     def prompt_len(self) -> int:
@@ -39,15 +45,30 @@ class Req:
         return self.input_ids + self.output_ids
 
     @property
+    def prefill_len(self) -> int:
+        """Tokens computed before the request samples: its prompt, or after a retraction the
+        prompt and the tokens it had generated."""
+        return self.resume_len or self.prompt_len
+
+    @property
+    def fill_ids(self) -> list[int]:
+        """The `prefill_len` tokens prefilled."""
+        return self.all_ids[: self.prefill_len] if self.resume_len else self.input_ids
+
+    @property
     def prefill_done(self) -> bool:
-        return self.kv_len >= self.prompt_len
+        return self.kv_len >= self.prefill_len
 
     @property
     def remaining_prefill(self) -> int:
-        return self.prompt_len - self.kv_len
+        return self.prefill_len - self.kv_len
 
     @property
     def reserve_len(self) -> int:
-        """Slots the request can ever need: prompt + every token it may generate. Reserved at
-        admission so decoding can never run out of KV (no preemption, no deadlock)."""
+        """Slots the request can ever need: prompt + every token it may generate."""
         return self.prompt_len + self.params.max_tokens
+
+    @property
+    def tokens_left(self) -> int:
+        """Tokens it may still generate."""
+        return self.params.max_tokens - len(self.output_ids)
