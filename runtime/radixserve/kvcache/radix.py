@@ -150,8 +150,9 @@ class RadixPrefixCache(BasePrefixCache):
 
     def dfs_order(self, handles: list[Any]) -> list[int]:
         """Indices into `handles` (matches' handles) in depth-first order of the tree, the
-        subtree holding more of them first (SGLang's dfs-weight): requests that share a prefix
-        come together, the most shared prefix first. Ties go to the earliest index."""
+        subtree holding more of them first and a node's subtree before the requests matching
+        only the node itself (SGLang's dfs-weight): requests that share a prefix come together,
+        the most shared one first, those matching nothing last. Ties go to the earliest index."""
         weight: dict[RadixNode, int] = {}
         first: dict[RadixNode, int] = {}
         kids: dict[RadixNode, list[RadixNode]] = {}
@@ -167,12 +168,16 @@ class RadixPrefixCache(BasePrefixCache):
                 weight[node] += 1
                 node = node.parent
         order: list[int] = []
-        stack = [self._root]
+        stack: list[tuple[RadixNode, bool]] = [(self._root, False)]
         while stack:
-            node = stack.pop()
-            order += here.get(node, [])
-            # reversed: the heaviest child is popped first
-            stack += sorted(kids.get(node, []), key=lambda c: (weight[c], -first[c]))
+            node, expanded = stack.pop()
+            if expanded:
+                order += here.get(node, [])
+                continue
+            stack.append((node, True))
+            # ascending, so that the heaviest child (the earliest among equals) is popped first
+            stack += [(c, False) for c in sorted(kids.get(node, []),
+                                                 key=lambda c: (weight[c], -first[c]))]
         return order
 
     def cached_slots(self) -> torch.Tensor:
