@@ -149,11 +149,6 @@ class HiRadixPrefixCache(RadixPrefixCache):
                 heapq.heappush(heap, (parent.last_access, parent.uid, parent))
         return torch.cat(freed) if freed else self.empty_indices()
 
-    def host_slots(self) -> torch.Tensor:
-        """Every host-tier slot the tree holds (any order), for integrity checks."""
-        parts = [n.host for n in self._nodes() if n.host is not None]
-        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
-
     # -- internals ------------------------------------------------------------------------------
     def _path(self, node: RadixNode) -> list[RadixNode]:
         """The nodes from the root's child down to `node`."""

@@ -46,10 +46,6 @@ class HostKVPool:
     def num_layers(self) -> int:
         return self._kv.shape[1]
 
-    @property
-    def nbytes(self) -> int:
-        return self._kv.numel() * self._kv.element_size()
-
 
 def host_tier_tokens(size: HostTierSize, device_tokens: int, bytes_per_token: int) -> int:
     """Host-tier tokens: `size_gib` of this rank's KV, else `ratio` times the device pool."""

@@ -55,13 +55,13 @@ from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
+from radixserve.kvcache.host_pool import HostTierSize
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.batch_builder import build_batch
-from radixserve.kvcache.host_pool import HostTierSize
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.host_tier import HostTier
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
