@@ -125,6 +125,17 @@ RULES: tuple[Rule, ...] = (
         "spec.runtime.extraArgs for other flags)",
     ),
     Rule(
+        "runtime.hierarchicalCache",
+        "has(self.size) != has(self.ratio)",
+        "set exactly one of size, ratio",
+    ),
+    Rule(
+        "runtime",
+        "!has(self.hierarchicalCache) || !has(self.cache) || self.cache == 'radix'",
+        "hierarchicalCache keeps the radix cache's KV: it needs cache radix",
+        ".hierarchicalCache",
+    ),
+    Rule(
         "autoscaling",
         "self.minReplicas <= self.maxReplicas",
         "minReplicas must not exceed maxReplicas",
@@ -145,6 +156,14 @@ RULES: tuple[Rule, ...] = (
         "has(self.gpu.memoryGiB)",
         "parallelism.tensor auto needs gpu.memoryGiB",
         ".gpu",
+    ),
+    Rule(
+        "",
+        "!has(self.runtime.hierarchicalCache) || has(self.runtime.hierarchicalCache.size) || "
+        "!self.gpu.enabled || has(self.gpu.memoryGiB)",
+        "runtime.hierarchicalCache without size grows the pod's memory by ratio x memoryRatio x "
+        "gpu.memoryGiB: set gpu.memoryGiB, or give hierarchicalCache.size",
+        ".runtime.hierarchicalCache",
     ),
     Rule(
         "",

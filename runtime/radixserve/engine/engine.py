@@ -18,13 +18,13 @@ from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.prefill_graph import PrefillGraphRunner
-from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.host_pool import (
     HostKVPool,
     HostTierSize,
     check_host_memory,
     host_tier_tokens,
 )
+from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.sizing import kv_bytes_per_token, kv_token_capacity
