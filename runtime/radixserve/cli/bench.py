@@ -124,6 +124,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
 
+    hc = bsub.add_parser("host-copy", help="the host KV tier's copy rate (GB/s) both ways against "
+                         "a plain pinned copy (CUDA)")
+    hc.add_argument("--layers", type=int, default=36, help="default: Qwen3-8B's shapes")
+    hc.add_argument("--kv-heads", type=int, default=8, help="KV heads on one rank")
+    hc.add_argument("--head-dim", type=int, default=128)
+    hc.add_argument("--kv-dtype", choices=KV_CACHE_DTYPE_CHOICES[1:], default="bfloat16")
+    hc.add_argument("--tokens", type=int, nargs="+", default=[2048, 16384],
+                    help="tokens per copy; several run in turn")
+    hc.add_argument("--tokens-per-page", type=int, default=16)
+    hc.add_argument("--runs", type=int, default=4,
+                    help="runs of consecutive host pages the copy's pages fall in")
+    hc.set_defaults(func=run_host_copy)
+
     ar = bsub.add_parser("allreduce", help="all-reduce time per decode step (CUDA graphs): NCCL "
                          "against the symmetric-memory one-shot/two-shot kernels")
     ar.add_argument("--tp", type=int, default=2, help="GPUs (one process each)")
@@ -250,6 +263,27 @@ def _quantized_variants(eng, quants: list[str], dummy: bool) -> list[tuple[str, 
         raise SystemExit("bench: --dummy-quantization fp8 needs --model or --model-preset")
     return [(q, dataclasses.replace(eng, model=str(fp8_block_dir(eng.model))) if q == "fp8" else eng)
             for q in quants]
+
+
+def run_host_copy(args: argparse.Namespace) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench host-copy: needs CUDA (on CPU the host tier is the same memory)")
+    from radixserve.bench.host_copy import copy_rates
+    from radixserve.kvcache.kv_dtype import KV_CACHE_DTYPES
+
+    dtype = KV_CACHE_DTYPES[args.kv_dtype]
+    print(f"host KV tier copies on {torch.cuda.get_device_name()}: {args.layers} layers x "
+          f"{args.kv_heads} KV heads x {args.head_dim}, {args.kv_dtype}, pages of "
+          f"{args.tokens_per_page}, host pages in {args.runs} runs", flush=True)
+    for tokens in args.tokens:
+        r = copy_rates(args.layers, args.kv_heads, args.head_dim, dtype, tokens,
+                       args.tokens_per_page, args.runs)
+        print(f"{tokens:>7} tokens ({r['bytes'] / 2**20:8.1f} MiB): to host {r['tier to host']:6.1f} "
+              f"GB/s (plain {r['plain to host']:6.1f}), to device {r['tier to device']:6.1f} GB/s "
+              f"(plain {r['plain to device']:6.1f})", flush=True)
+    return 0
 
 
 def run_allreduce(args: argparse.Namespace) -> int:

@@ -134,7 +134,7 @@ class Engine:
         if host_tier is not None:
             host = get_comm().min_int(host_tier_tokens(
                 host_tier, self.num_pages * cfg.page_size, per_token))
-            check_host_memory(host * per_token, self.device)
+            check_host_memory(host * per_token * tp.size, self.device)  # every rank's, here
             self.host_pool = HostKVPool(hc.num_hidden_layers, max(1, host // cfg.page_size),
                                         cfg.page_size, kv_heads, head_dim, self.kv_dtype,
                                         pinned=self.device.type == "cuda")

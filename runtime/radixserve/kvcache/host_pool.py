@@ -55,8 +55,9 @@ def host_tier_tokens(size: HostTierSize, device_tokens: int, bytes_per_token: in
 
 
 def check_host_memory(host_bytes: int, device: torch.device) -> None:
-    """A host tier larger than the memory left would be killed mid-serving: refuse it now. On
-    CPU the device pool is in the same memory and was sized with the tier in mind."""
+    """A host tier (`host_bytes`: every TP rank's on this machine) larger than the memory left
+    would be killed mid-serving: refuse it now. On CPU the device pool is in the same memory and
+    was sized with the tier in mind."""
     left = available_bytes()
     if left is not None and host_bytes > left:
         raise RuntimeError(
