@@ -40,7 +40,7 @@ class TurnsRun(NamedTuple):
 
 
 def conversations(num: int, turns: int, history_len: int, question_range: tuple[int, int],
-                  answer_range: tuple[int, int], vocab_size: int, seed: int = 0) -> list[Conversation]:
+                  answer_range: tuple[int, int], vocab_size: int, seed: int) -> list[Conversation]:
     rng = random.Random(seed)
     hi = max(2, min(vocab_size, 32000) - 1)
 
