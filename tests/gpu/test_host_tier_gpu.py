@@ -26,7 +26,7 @@ def _pools(dtype: torch.dtype, page_size: int, pages: int):
         for cache in (pool.k_cache(layer), pool.v_cache(layer)):
             cache.copy_(torch.randn(cache.shape, device=dev).to(dtype))
     host = HostKVPool(3, pages, page_size, 2, 64, dtype, pinned=True)
-    return pool, host, HostTier(pool, host, dev)
+    return pool, HostTier(pool, host, dev)
 
 
 def _slots(pages: torch.Tensor, page_size: int, device: str) -> torch.Tensor:
@@ -36,7 +36,7 @@ def _slots(pages: torch.Tensor, page_size: int, device: str) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, FP8_KV_DTYPE])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_backup_then_load_brings_back_the_same_bytes(dtype, page_size) -> None:
-    pool, host, tier = _pools(dtype, page_size, 64)
+    pool, tier = _pools(dtype, page_size, 64)
     gen = torch.Generator().manual_seed(0)
     src = torch.randperm(64, generator=gen)[:24]  # scattered device pages
     host_pages = torch.cat([torch.arange(0, 10), torch.arange(20, 34)])  # two runs
@@ -82,36 +82,43 @@ def test_scheduler_with_the_tier_under_pressure_keeps_the_tokens(tiny_ckpts, pag
 
 
 def test_fp8_kv_through_the_tier_keeps_the_fp8_tokens(tiny_ckpts) -> None:
+    """FP8 pages loaded back are the bytes computed before: with the same pool and admission
+    (reserved: nothing retracted), the tier changes which prefixes are loaded rather than
+    recomputed, not the tokens."""
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.scheduler import Scheduler
 
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("FP8 KV needs compute capability 8.9")
     reqs = workload()
-    out = {}
-    for kv, kw in ((None, {"kv_admission": "reserve"}),
-                   (POOL, {"schedule_conservativeness": 0.05, "enable_hierarchical_cache": True})):
+    out, loaded = {}, {}
+    for tier in (False, True):
         eng = EngineConfig(model=str(tiny_ckpts["llama"]), dtype="bfloat16", device="cuda",
-                           page_size=16, max_kv_tokens=kv, kv_cache_dtype="fp8_e4m3", attn="triton")
-        s = Scheduler(eng, SchedulerConfig(max_running_requests=16, **kw))
-        out[kv] = tokens(run_checked(s, {0: list(range(len(reqs)))}, {}, reqs))
-    assert out[POOL] == out[None]
+                           page_size=16, max_kv_tokens=POOL, kv_cache_dtype="fp8_e4m3",
+                           attn="triton")
+        s = Scheduler(eng, SchedulerConfig(max_running_requests=16, kv_admission="reserve",
+                                           enable_hierarchical_cache=tier))
+        out[tier] = tokens(run_checked(s, {i: [i] for i in range(len(reqs))}, {}, reqs))
+        loaded[tier] = s.stats()["host_loaded_tokens"]
+    assert loaded[True] > 0 == loaded[False]
+    assert out[True] == out[False]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_tp2_ranks_agree_with_the_tier(tiny_ckpts) -> None:
+    """Each rank keeps its shard in its own host tier and decides alike: the tokens are those of
+    the same TP group with a pool that holds everything."""
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.tp import scheduler_group
 
     reqs = workload()
     out = {}
-    for tp, kv, kw in ((1, None, {"kv_admission": "reserve"}),
-                       (2, POOL, {"schedule_conservativeness": 0.05,
-                                  "enable_hierarchical_cache": True})):
+    for kv, kw in ((None, {"kv_admission": "reserve"}),
+                   (POOL, {"schedule_conservativeness": 0.05, "enable_hierarchical_cache": True})):
         eng = EngineConfig(model=str(tiny_ckpts["qwen3"]), dtype="float32", device="cuda",
-                           page_size=16, max_kv_tokens=kv, tp=tp)
+                           page_size=16, max_kv_tokens=kv, tp=2)
         with scheduler_group(eng, SchedulerConfig(max_running_requests=16, **kw)) as s:
-            out[tp] = tokens(run_checked(s, {0: list(range(len(reqs)))}, {}, reqs))
-            if tp == 2:
+            out[kv] = tokens(run_checked(s, {0: list(range(len(reqs)))}, {}, reqs))
+            if kv is not None:
                 assert s.stats()["retractions"] > 0 and s.stats()["host_loaded_tokens"] > 0
-    assert out[2] == out[1]
+    assert out[POOL] == out[None]
