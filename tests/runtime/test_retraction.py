@@ -170,3 +170,22 @@ def test_lower_priority_is_retracted_first(path) -> None:
                                                           priority=uid % 2))
     drain(s)
     assert retracted and retracted[0] == 1
+
+
+def test_tp2_ranks_retract_and_load_alike(tiny_ckpts) -> None:
+    """At TP 2 every rank holds its shard in its own host tier and takes the same retraction and
+    load decisions from the same state (nothing more is published): the TP=1 tokens."""
+    from radixserve.scheduler.tp import scheduler_group
+
+    reqs = workload()
+    path = tiny_ckpts["qwen3"]
+    ref = tokens(run_checked(make(path, 4, None, kv_admission="reserve"),
+                             {0: list(range(len(reqs)))}, {}, reqs))
+    eng = EngineConfig(model=str(path), dtype="float32", device="cpu", page_size=4,
+                       max_kv_tokens=POOL, tp=2)
+    sched = SchedulerConfig(max_running_requests=16, schedule_conservativeness=0.05,
+                            enable_hierarchical_cache=True)
+    with scheduler_group(eng, sched) as s:
+        assert tokens(run_checked(s, {0: list(range(len(reqs)))}, {}, reqs)) == ref
+        stats = s.stats()
+        assert stats["retractions"] > 0 and stats["host_loaded_tokens"] > 0
