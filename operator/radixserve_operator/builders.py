@@ -123,6 +123,14 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
         ("--cache", rt.cache),
         ("--shutdown-timeout", rt.shutdown_timeout),
     ]
+    tier = rt.hierarchical_cache
+    if tier is not None:
+        args.append("--enable-hierarchical-cache")
+        optional += [
+            ("--hicache-size", None if tier.size_bytes is None else repr(tier.size_bytes / 2**30)),
+            ("--hicache-ratio", tier.ratio),
+            ("--hicache-write-policy", tier.write_policy),
+        ]
     for flag, value in optional:
         if value is not None:
             args += [flag, str(value)]
@@ -190,9 +198,25 @@ def default_requests(spec: ServiceSpec, tp: int) -> dict[str, str]:
     return {"cpu": str(CPU_PER_GPU * tp), "memory": _mebibytes(memory)}
 
 
+def host_tier_bytes(spec: ServiceSpec, tp: int) -> int:
+    """Host memory the KV tier (spec.runtime.hierarchicalCache) takes in one pod: its size per
+    rank, or ratio x memoryRatio x gpu.memoryGiB per GPU (what bounds each GPU's KV pool: the
+    weights' share is not subtracted, so the pod never gets less than the tier takes). A CPU
+    replica's tier sized by ratio shares the runtime's KV budget (kvcache/sizing.py): none."""
+    tier = spec.runtime.hierarchical_cache
+    if tier is None:
+        return 0
+    if tier.size_bytes is not None:
+        return tier.size_bytes * tp
+    if not spec.gpu.enabled or tier.ratio is None or spec.gpu.memory_gib is None:
+        return 0  # (the CRD's rules require memoryGiB for a GPU replica sized by ratio)
+    return int(tier.ratio * spec.runtime.memory_ratio * spec.gpu.memory_gib * 2**30) * tp
+
+
 def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
-    """The operator's defaults < spec.resources < template.spec.container.resources, key by key;
-    the GPU count is always the TP size."""
+    """The operator's defaults < spec.resources < template.spec.container.resources, key by key,
+    and the host KV tier on top of the memory requested and limited; the GPU count is always
+    the TP size."""
     out: dict[str, dict[str, Any]] = {}
     user = ((spec.pod_template.get("container") or {}).get("resources")) or {}
     for layer in (spec.resources, user):
@@ -206,6 +230,12 @@ def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     for key, value in default_requests(spec, tp).items():
         if key not in given:
             out.setdefault("requests", {})[key] = value
+    if tier := host_tier_bytes(spec, tp):
+        # the kubelet kills a pod past its memory limit: the pinned tier must be inside it (a
+        # limit alone stays alone: it is the request too)
+        parts = [p for p in out.values() if "memory" in p] or [out.setdefault("requests", {})]
+        for part in parts:
+            part["memory"] = _mebibytes(quantity_bytes(part.get("memory", 0)) + tier)
     if spec.gpu.enabled:
         out.setdefault("limits", {})[gpu] = tp  # extended resources: requests default to limits
     return {k: v for k, v in out.items() if v}

@@ -298,6 +298,31 @@ def _runtime() -> dict[str, Any]:
                 description="auto | NAME | PREFILL,DECODE",
             ),
             "cache": _str(enum=["radix", "naive"]),
+            "hierarchicalCache": _obj(
+                {
+                    "size": _quantity(description="Host memory of the tier per GPU (per TP "
+                                      "rank; --hicache-size), e.g. 64Gi."),
+                    "ratio": {
+                        "type": "number",
+                        "minimum": 1,
+                        "maximum": 64,
+                        "description": "The tier as a multiple of each GPU's KV pool "
+                        "(--hicache-ratio); the pod's memory grows by ratio x memoryRatio x "
+                        "gpu.memoryGiB per GPU, a bound of that pool.",
+                    },
+                    "writePolicy": _str(
+                        enum=["write_through", "write_back"],
+                        description="When KV is copied to the tier (--hicache-write-policy): as "
+                        "soon as it is computed (runtime default) or when the GPU evicts it.",
+                    ),
+                },
+                description="A host-memory tier for the prefix cache (HiCache, "
+                "--enable-hierarchical-cache): KV evicted from the GPU stays in (pinned) host "
+                "memory and is loaded back on a hit. Present enables it, sized by exactly one of size, "
+                "ratio. The pod's memory request (and limit, if set) grows by the tier; a CPU "
+                "replica's tier sized by ratio shares the runtime's CPU KV budget instead.",
+                **validations("runtime.hierarchicalCache"),
+            ),
             "shutdownTimeoutSeconds": _int(
                 0, 3600, default=30, description="Drain time on SIGTERM."
             ),
@@ -325,6 +350,7 @@ def _runtime() -> dict[str, Any]:
             },
         },
         default={},
+        **validations("runtime"),
     )
 
 

@@ -138,6 +138,15 @@ RULES: tuple[Rule, ...] = (
         "!self.lora.adapters.exists(a, a.name == self.model.servedName)",
         "an adapter cannot take the model's servedName",
         ".lora.adapters",
+        "runtime.hierarchicalCache",
+        "has(self.size) != has(self.ratio)",
+        "set exactly one of size, ratio",
+    ),
+    Rule(
+        "runtime",
+        "!has(self.hierarchicalCache) || !has(self.cache) || self.cache == 'radix'",
+        "hierarchicalCache keeps the radix cache's KV: it needs cache radix",
+        ".hierarchicalCache",
     ),
     Rule(
         "autoscaling",
@@ -160,6 +169,14 @@ RULES: tuple[Rule, ...] = (
         "has(self.gpu.memoryGiB)",
         "parallelism.tensor auto needs gpu.memoryGiB",
         ".gpu",
+    ),
+    Rule(
+        "",
+        "!has(self.runtime.hierarchicalCache) || has(self.runtime.hierarchicalCache.size) || "
+        "!self.gpu.enabled || has(self.gpu.memoryGiB)",
+        "runtime.hierarchicalCache without size grows the pod's memory by ratio x memoryRatio x "
+        "gpu.memoryGiB: set gpu.memoryGiB, or give hierarchicalCache.size",
+        ".runtime.hierarchicalCache",
     ),
     Rule(
         "",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixserve_operator.crd import PAGE_SIZES, ROUTER_POLICIES, TP_SIZES, spec_schema
+from radixserve_operator.quantity import quantity_bytes
 from radixserve_operator.rules import violations
 from radixserve_operator.schema_check import schema_problems
 from radixserve_operator.settings import OperatorSettings
@@ -111,6 +112,15 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class HierarchicalCacheSpec:
+    """spec.runtime.hierarchicalCache: the runtime's host KV tier."""
+
+    size_bytes: int | None  # per GPU (TP rank)
+    ratio: float | None
+    write_policy: str | None
+
+
+@dataclass(frozen=True)
 class RuntimeSpec:
     dtype: str | None
     page_size: int | None
@@ -128,6 +138,7 @@ class RuntimeSpec:
     context_length: int | None = None
     sampling_defaults: str | None = None
     prefill_graph_max_tokens: int | None = None
+    hierarchical_cache: HierarchicalCacheSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -463,7 +474,17 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         context_length=rt.get("contextLength"),
         sampling_defaults=rt.get("samplingDefaults"),
         prefill_graph_max_tokens=rt.get("prefillGraphMaxTokens"),
+        hierarchical_cache=_hierarchical_cache(rt.get("hierarchicalCache")),
     )
+
+
+def _hierarchical_cache(h: dict[str, Any] | None) -> HierarchicalCacheSpec | None:
+    if h is None:
+        return None
+    size = h.get("size")
+    return HierarchicalCacheSpec(None if size is None else quantity_bytes(size),
+                                 None if h.get("ratio") is None else float(h["ratio"]),
+                                 h.get("writePolicy"))
 
 
 def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -> ServiceSpec:

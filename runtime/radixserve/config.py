@@ -30,6 +30,10 @@ DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
 # the attention backends `--attn` names (each registered by `attention/<name>_backend.py`)
 ATTN_CHOICES = ("torch", "triton", "flashinfer")
 CACHE_CHOICES = ("radix", "naive")  # the prefix caches `kvcache.PREFIX_CACHES` registers
+# the waiting queue's order (SGLang's names): arrival, longest prefix match, tree-weighted DFS
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
+KV_ADMISSION_CHOICES = ("optimistic", "reserve")
+HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 TOOL_CALL_PARSERS = ("auto", "hermes", "llama3", "none")
 REASONING_PARSERS = ("qwen3", "deepseek_r1")
 
@@ -207,9 +211,42 @@ class SchedulerConfig:
         default_text="mixed batches on",
         help="prefill batches carry prompt tokens only, instead of also one decode token of "
              "every running request (so they keep emitting while a long prompt is prefilled)")
+    schedule_policy: str = option(
+        "fcfs", "--schedule-policy", choices=SCHEDULE_POLICIES,
+        help="order of the waiting queue within a priority: arrival (fcfs), longest cached "
+             "prefix first (lpm), or grouped by shared prefix, largest group first (dfs-weight)")
+    kv_admission: str = option(
+        "optimistic", "--kv-admission", choices=KV_ADMISSION_CHOICES,
+        help="optimistic: admit on the prompt plus an estimate of the tokens still to come, and "
+             "retract the requests that lose least when decoding runs out of KV; reserve: "
+             "reserve prompt + max_tokens at admission (never retracts)")
+    schedule_conservativeness: float = option(
+        1.0, "--schedule-conservativeness", parse=float, check=positive,
+        help="scales the optimistic estimate of the tokens running requests will still write "
+             "(SGLang's): higher admits fewer requests and retracts less")
+    enable_hierarchical_cache: bool = option(
+        False, "--enable-hierarchical-cache", store=True, default_text="off",
+        help="keep prefix-cache KV evicted from the device in a host-memory tier (pinned on a "
+             "GPU) and load it back on a hit")
+    hicache_ratio: float = option(
+        2.0, "--hicache-ratio", parse=float, check=at_least(1),
+        help="host tier size as a multiple of the device KV pool")
+    hicache_size: float | None = option(
+        None, "--hicache-size", parse=float, check=positive, default_text="from --hicache-ratio",
+        help="host tier size in GiB per rank (instead of --hicache-ratio)")
+    hicache_write_policy: str = option(
+        "write_through", "--hicache-write-policy", choices=HICACHE_WRITE_POLICIES,
+        help="copy new prefix-cache KV to the host tier as soon as it is computed "
+             "(write_through) or only when the device evicts it (write_back)")
 
     def __post_init__(self) -> None:
         check_options(self)
+        if self.cache == "naive":
+            if self.enable_hierarchical_cache:
+                raise ValueError("enable_hierarchical_cache needs the radix cache (--cache radix)")
+            if self.schedule_policy != "fcfs":
+                raise ValueError(f"schedule_policy {self.schedule_policy} orders by the prefix "
+                                 "cache: it needs --cache radix")
 
     def prefill_length(self, device_type: str) -> int:
         """Tokens per prefill batch on a `device_type` device: `max_prefill_length` when given,

@@ -60,6 +60,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="requests share an N-token system prompt (--input-len: their own "
                           "suffixes, default 32 128); timed with the radix then the naive cache, "
                           "with the prefill tokens each computed (no transformers baseline)")
+    off.add_argument("--compare-admission", action="store_true",
+                     help="a chat workload: every request asks --max-tokens but ends at an EOS the "
+                          "bench forces at a length drawn from --output-len; the KV pool holds "
+                          "--kv-share of the requests' worst case; timed with optimistic admission "
+                          "then with worst-case reservation (--kv-admission), with the running "
+                          "batch's mean size and the retractions")
+    off.add_argument("--multi-turn", type=int, nargs=2, default=None, metavar=("CONVERSATIONS", "TURNS"),
+                     help="conversations in a closed loop, each turn the whole history plus a "
+                          "question of --input-len tokens, answers of --output-len; the device KV "
+                          "pool holds --kv-share of the working set; timed without then with the "
+                          "host KV tier, with the prefill tokens computed and TTFT p50/p99")
+    off.add_argument("--history-len", type=int, default=None, metavar="N",
+                     help="--multi-turn: tokens of each conversation's opening history (default: "
+                          "2048 with --model-preset, else 128)")
+    off.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                     help="--compare-admission: the max_tokens every request asks for (default: "
+                          "4096 with --model-preset, else 256)")
+    off.add_argument("--kv-share", type=float, default=0.25, metavar="F",
+                     help="--compare-admission, --multi-turn: the device KV pool as a share of the "
+                          "worst-case reservation, or of the working set (unless --max-kv-tokens)")
     off.add_argument("--constrained", action="store_true",
                      help="constrain every request by a JSON schema (--json-schema, else a built-in one)")
     off.add_argument("--json-schema", default=None, metavar="FILE",
@@ -107,6 +127,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     on.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
+
+    hc = bsub.add_parser("host-copy", help="the host KV tier's copy rate (GB/s) both ways against "
+                         "a plain pinned copy (CUDA)")
+    hc.add_argument("--layers", type=int, default=36, help="default: Qwen3-8B's shapes")
+    hc.add_argument("--kv-heads", type=int, default=8, help="KV heads on one rank")
+    hc.add_argument("--head-dim", type=int, default=128)
+    hc.add_argument("--kv-dtype", choices=KV_CACHE_DTYPE_CHOICES[1:], default="bfloat16")
+    hc.add_argument("--tokens", type=int, nargs="+", default=[2048, 16384],
+                    help="tokens per copy; several run in turn")
+    hc.add_argument("--tokens-per-page", type=int, default=16)
+    hc.add_argument("--runs", type=int, default=4,
+                    help="runs of consecutive host pages the copy's pages fall in")
+    hc.set_defaults(func=run_host_copy)
 
     ar = bsub.add_parser("allreduce", help="all-reduce time per decode step (CUDA graphs): NCCL "
                          "against the symmetric-memory one-shot/two-shot kernels")
@@ -269,6 +302,27 @@ def _quantized_variants(eng, quants: list[str], dummy: bool) -> list[tuple[str, 
             for q in quants]
 
 
+def run_host_copy(args: argparse.Namespace) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench host-copy: needs CUDA (on CPU the host tier is the same memory)")
+    from radixserve.bench.host_copy import copy_rates
+    from radixserve.kvcache.kv_dtype import KV_CACHE_DTYPES
+
+    dtype = KV_CACHE_DTYPES[args.kv_dtype]
+    print(f"host KV tier copies on {torch.cuda.get_device_name()}: {args.layers} layers x "
+          f"{args.kv_heads} KV heads x {args.head_dim}, {args.kv_dtype}, pages of "
+          f"{args.tokens_per_page}, host pages in {args.runs} runs", flush=True)
+    for tokens in args.tokens:
+        r = copy_rates(args.layers, args.kv_heads, args.head_dim, dtype, tokens,
+                       args.tokens_per_page, args.runs)
+        print(f"{tokens:>7} tokens ({r['bytes'] / 2**20:8.1f} MiB): to host {r['tier to host']:6.1f} "
+              f"GB/s (plain {r['plain to host']:6.1f}), to device {r['tier to device']:6.1f} GB/s "
+              f"(plain {r['plain to device']:6.1f})", flush=True)
+    return 0
+
+
 def run_allreduce(args: argparse.Namespace) -> int:
     from radixserve.bench.allreduce import AllReduceBench, require_devices, run_allreduce_bench
 
@@ -339,6 +393,57 @@ def run_online_cli(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _kv_pool(eng, tokens: float):
+    """`eng` with a KV pool of `tokens` (whole pages), unless --max-kv-tokens chose one."""
+    import dataclasses
+
+    if eng.max_kv_tokens is not None:
+        return eng
+    return dataclasses.replace(eng, max_kv_tokens=max(eng.page_size, int(tokens)))
+
+
+def _compare_admission(args, eng, sch, n, in_rng, out_rng, vocab, big, path, hf_config) -> int:
+    from radixserve.bench.admission import run_admission_compare, worst_case_tokens
+    from radixserve.bench.workload import random_workload
+    from radixserve.models.generation import eos_token_ids
+
+    max_tokens = args.max_tokens or (4096 if big else 256)
+    if out_rng[1] > max_tokens or out_rng[0] < 1:
+        raise SystemExit(f"bench: --output-len (the forced answer lengths) must be in [1, "
+                         f"--max-tokens {max_tokens}]")
+    eos = sorted(eos_token_ids(path, hf_config))
+    if not eos:
+        raise SystemExit("bench: --compare-admission forces the model's EOS; this model has none")
+    reqs = random_workload(n, in_rng, out_rng, vocab, seed=0)
+    worst = worst_case_tokens(reqs, max_tokens)
+    eng = _kv_pool(eng, args.kv_share * worst)
+    print(f"workload: {n} chat requests, input {in_rng}, max_tokens {max_tokens}, EOS forced at "
+          f"{out_rng}, seed 0; KV pool {eng.max_kv_tokens} tokens = {eng.max_kv_tokens / worst:.3f} "
+          f"of the worst case ({worst}); model {args.model_preset or path}", flush=True)
+    run_admission_compare(eng, sch, reqs, max_tokens, eos[0], args.warmup)
+    return 0
+
+
+def _multi_turn(args, eng, sch, vocab, big, path) -> int:
+    from radixserve.bench.multi_turn import conversations, run_multi_turn, working_set
+
+    num, turns = args.multi_turn
+    if num < 1 or turns < 1:
+        raise SystemExit("bench: --multi-turn needs at least one conversation and one turn")
+    history = args.history_len if args.history_len is not None else (2048 if big else 128)
+    q_rng = tuple(args.input_len or ((64, 256) if big else (8, 32)))
+    a_rng = tuple(args.output_len or ((64, 256) if big else (4, 16)))
+    convs = conversations(num, turns, history, q_rng, a_rng, vocab, seed=0)
+    ws = working_set(convs)
+    eng = _kv_pool(eng, args.kv_share * ws)
+    print(f"workload: {num} conversations x {turns} turns, {history}-token openings, questions "
+          f"{q_rng}, answers {a_rng}, seed 0, ignore_eos; working set {ws} tokens, device KV pool "
+          f"{eng.max_kv_tokens} tokens ({eng.max_kv_tokens / ws:.3f} of it); model "
+          f"{args.model_preset or path}", flush=True)
+    run_multi_turn(eng, sch, convs)
+    return 0
+
+
 def run_offline(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -380,6 +485,18 @@ def run_offline(args: argparse.Namespace) -> int:
         suffix = tuple(args.input_len or (32, 128))
         run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
         return 0
+    if args.compare_admission or args.multi_turn:
+        if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
+                or args.allreduce or args.repeat > 1 or args.phases or len(variants) > 1
+                or (args.compare_admission and args.multi_turn)):
+            raise SystemExit("bench: --compare-admission and --multi-turn each compare two "
+                             "configurations; run them alone (without --ablate, --compare-*, "
+                             "--allreduce, --repeat, --phases, several --dummy-quantization)")
+        if not 0 < args.kv_share <= 1:
+            raise SystemExit(f"bench: --kv-share must be in (0, 1], got {args.kv_share}")
+        if args.compare_admission:
+            return _compare_admission(args, eng, sch, n, in_rng, out_rng, vocab, big, path, hf_config)
+        return _multi_turn(args, eng, sch, vocab, big, path)
     reqs = random_workload(n, in_rng, out_rng, vocab, seed=0)
     print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
           f"model {args.model_preset or path}")

@@ -18,6 +18,12 @@ from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.prefill_graph import PrefillGraphRunner
+from radixserve.kvcache.host_pool import (
+    HostKVPool,
+    HostTierSize,
+    check_host_memory,
+    host_tier_tokens,
+)
 from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
@@ -67,11 +73,13 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
-                 max_prefill_length: int | None = None, source: ModelSource | None = None) -> None:
+                 max_prefill_length: int | None = None, source: ModelSource | None = None,
+                 host_tier: HostTierSize | None = None) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
-        (else resolved here)."""
+        (else resolved here). `host_tier`: also allocate a host KV tier of that size
+        (`host_pool`; on CPU the device pool leaves it room in the same budget)."""
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if max_prefill_length is None:
@@ -107,7 +115,11 @@ class Engine:
         self.kv_bytes_per_token = per_token = kv_bytes_per_token(
             hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
         want = max_running_requests * _round_up(self.max_seq_len, cfg.page_size)
-        tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, per_token, cfg.memory_ratio, want)
+        # on CPU the host tier shares the budget: a token there costs its host copies too
+        shared = (1 + host_tier.ratio if host_tier is not None and host_tier.size_gib is None
+                  and self.device.type != "cuda" else 1)
+        tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, int(per_token * shared),
+                                                        cfg.memory_ratio, want)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest
         self.num_pages = max(1, tokens // cfg.page_size)
         self.kv_pool = MHAKVPool(
@@ -125,6 +137,14 @@ class Engine:
                     time.perf_counter() - t1)
         if self.kv_pool.is_fp8:
             logger.info("KV cache fp8_e4m3 scales (per layer and tensor): %s", scales.describe())
+        self.host_pool: HostKVPool | None = None
+        if host_tier is not None:
+            host = get_comm().min_int(host_tier_tokens(
+                host_tier, self.num_pages * cfg.page_size, per_token))
+            check_host_memory(host * per_token * tp.size, self.device)  # every rank's, here
+            self.host_pool = HostKVPool(hc.num_hidden_layers, max(1, host // cfg.page_size),
+                                        cfg.page_size, kv_heads, head_dim, self.kv_dtype,
+                                        pinned=self.device.type == "cuda")
         # one spare row, so a CUDA-graph padding request never aliases a live one
         self.table = TableManager(
             max_running_requests + 1, _round_up(self.max_seq_len, cfg.page_size), self.device

@@ -11,8 +11,9 @@ from radixserve.utils.registry import Registry
 
 class MatchResult(NamedTuple):
     handle: Any  # opaque: pass back to lock/unlock
-    cached_len: int  # a multiple of page_size
+    cached_len: int  # a multiple of page_size: the tokens whose KV is on the device
     indices: torch.Tensor  # [cached_len] int64 KV slots of the matched tokens
+    host_len: int = 0  # more matched tokens after those, held only by the host tier (hiradix)
 
 
 class SizeInfo(NamedTuple):

@@ -19,7 +19,19 @@ prefill batch also carries one token of every decoding request, as an extend of 
 requests keep emitting while a long prompt is prefilled (no CUDA graph for that step).
 
 Priorities (`SamplingParams.priority`, lower first): the waiting queue is kept in priority order,
-arrival order among equals; a running request is never preempted.
+arrival order among equals; `--schedule-policy` orders each priority's requests for admission
+(`policy.py`).
+
+Optimistic admission (`--kv-admission optimistic`, the default; `prefill.py`) allocates a
+request's prompt only; each step first gives every decoding request a page for its next token
+(`_grow_decode_kv`). When even eviction cannot, the in-flight batch is read first (so every
+sampled token, and every draw of a request's seeded generator, belongs to a token it keeps), then
+requests are retracted, the one that loses least first (lowest priority, fewest tokens made,
+newest), until the rest fit `RETRACT_STEPS` more tokens each; one request alone always fits
+(admission refuses one larger than the pool). A retracted request gives its KV to the prefix
+cache, goes back to the head of its priority's queue and, re-admitted, prefills its prompt and
+the tokens it made (`Req.resume_len`; most of it found in the cache) and goes on with the same
+generator: greedy or seeded, it produces the tokens it would have.
 
 A request's life is owned here: `add_request` admits it (`admission.py`: every check, once),
 `abort` drops it in any state and in either order with its arrival (`ledger.py`), `step` stops it
@@ -47,6 +59,7 @@ from radixserve.core.request import Req
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
+from radixserve.kvcache.host_pool import HostTierSize
 from radixserve.lora.adapter import LoRAAdapter, read_adapter
 from radixserve.lora.manager import LoRAManager
 from radixserve.lora.source import AdapterError
@@ -57,9 +70,12 @@ from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
+from radixserve.scheduler.host_tier import HostTier
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
 from radixserve.scheduler.ledger import RequestLedger
+from radixserve.scheduler.policy import SchedulePolicy
 from radixserve.scheduler.prefill import PrefillAdder
+from radixserve.scheduler.token_estimate import RETRACT_STEPS, TokenEstimate
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 
@@ -74,13 +90,22 @@ class Scheduler:
         self.cfg = sched
         # tokens per prefill batch: what was asked, else the device's default (`config.py`)
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
-        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source)
+        host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
+                if sched.enable_hierarchical_cache else None)
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host)
         self.device = self.engine.device
         self.table = self.engine.table
-        self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
+        tier = (HostTier(self.engine.kv_pool, self.engine.host_pool, self.device)
+                if self.engine.host_pool is not None else None)
+        self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device,
+                                  tier, sched.hicache_write_policy == "write_back")
+        self.estimate = (TokenEstimate(sched.schedule_conservativeness)
+                         if sched.kv_admission == "optimistic" else None)
         pool = self.engine.lora_pool
         self.lora = LoRAManager(pool) if pool is not None else None
-        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests, self.lora)
+        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests,
+                                  SchedulePolicy(sched.schedule_policy, self.cache), self.estimate,
+                                  self.lora)
         self.eos_ids: set[int] = eos_token_ids(self.model_path, self.engine.source.config)
         self.sampler = Sampler(self.device, engine.seed, frozenset(self.eos_ids))
         self.vocab_size = int(self.engine.hf_config.vocab_size)
@@ -97,6 +122,8 @@ class Scheduler:
         self._deferred: list[Req] = []  # finished, but the in-flight batch still writes their KV
         self._failures: list[RequestFailure] = []
         self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
+        self.retractions = 0  # requests retracted for lack of KV (optimistic admission)
+        self._arrivals = 0
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
         self.decode_kv_tokens = 0  # KV tokens the decode rows attended over (bench --phases)
         self.token_wait_s = 0.0  # time spent waiting for batches' sampled tokens (bench --phases)
@@ -137,7 +164,9 @@ class Scheduler:
         except AdmissionError:
             self.ledger.finished(uid)  # a late abort of it is then a no-op, not a tombstone
             raise
-        req = Req(uid, list(input_ids), params, lora=adapter, namespace=namespace)
+        req = Req(uid, list(input_ids), params, lora=adapter, namespace=namespace,
+                  arrival=self._arrivals)
+        self._arrivals += 1
         if params.seed is not None:
             req.generator = self.sampler.new_request_generator(params.seed)
         self.reqs[uid] = req
@@ -190,6 +219,14 @@ class Scheduler:
         i = len(w)
         while i > 0 and w[i - 1].params.priority > prio:  # usually none: all share priority 0
             i -= 1
+        w.insert(i, req)
+
+    def _requeue(self, req: Req) -> None:
+        """Back into the waiting queue ahead of every request of its priority (retraction)."""
+        w, prio = self.waiting, req.params.priority
+        i = 0
+        while i < len(w) and w[i].params.priority < prio:
+            i += 1
         w.insert(i, req)
 
     def abort(self, uid: int) -> bool:
@@ -255,6 +292,13 @@ class Scheduler:
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
             self._inflight = None
+        if not self._grow_decode_kv():
+            if self._inflight is not None:  # its tokens first: retraction must know them all
+                outputs += self._process(self._inflight)
+                self._inflight = None
+                self._release_deferred()
+            if not self._grow_decode_kv():
+                self._retract_for_decode()
         fwd = self._forward_next()
         # a grammar mask needs the in-flight batch's tokens: read them now, while the device runs
         # fwd. NOTE: that batch stays `_inflight` until replaced, so the requests it finishes are
@@ -273,9 +317,66 @@ class Scheduler:
             self._release_deferred()
         return outputs
 
+    def _grow_decode_kv(self) -> bool:
+        """Optimistic admission: a page for every decoding request whose next token has no KV
+        slot yet; False, allocating nothing, when even eviction cannot give them all."""
+        if self.estimate is None:
+            return True  # (reserved at admission)
+        rows = [r for r in self.running if r.prefill_done and r.num_slots <= r.kv_len]
+        if not rows:
+            return True
+        ps = self.cache.page_size
+        slots = self.cache.allocate(len(rows) * ps)
+        if slots is None:
+            return False
+        cols = [r.num_slots + j for r in rows for j in range(ps)]
+        where = to_device([[r.row for r in rows for _ in range(ps)], cols], self.device)
+        pt = self.table.page_table
+        pt[where[0], where[1]] = slots.to(pt.device, pt.dtype)
+        for r in rows:
+            r.num_slots += ps
+        return True
+
+    def _retract_for_decode(self) -> None:
+        """Decoding ran out of KV (no batch in flight): retract the requests that lose least
+        until the rest fit `RETRACT_STEPS` more tokens each, or one is left (it fits alone)."""
+        ps = self.cache.page_size
+
+        def pages_short(reqs: list[Req]) -> int:
+            want = sum(max(0, -(-min(r.kv_len + RETRACT_STEPS, r.reserve_len) // ps)
+                           - r.num_slots // ps) for r in reqs if r.prefill_done)
+            return want - self.cache.available_tokens // ps
+
+        kept = list(self.running)
+        for victim in sorted(self.running, key=lambda r: (-r.params.priority, len(r.output_ids),
+                                                         -r.arrival)):
+            if len(kept) == 1 or pages_short(kept) <= 0:
+                break
+            kept.remove(victim)
+            self._retract(victim)
+        self.estimate.retracted(kept)
+        grown = self._grow_decode_kv()
+        assert grown, "a request alone did not fit the KV pool"
+
+    def _retract(self, req: Req) -> None:
+        """Out of the running batch and back to the head of the queue; its KV goes to the prefix
+        cache, so that re-admission finds most of it."""
+        self.running.remove(req)
+        req.retracted_kv = req.kv_len
+        self._release(req)
+        req.resume_len = len(req.all_ids)
+        req.kv_len = req.cached_len = req.num_slots = 0
+        req.cache_handle = None
+        if not req.output_ids:  # its prompt logprobs are computed again
+            req.prompt_lps.clear()
+        self._requeue(req)
+        self.retractions += 1
+
     @torch.inference_mode()
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
+        if self.estimate is not None and not self.running:
+            self.estimate.idle()
         # (an embedding request is done once its prompt is: it never decodes, not even riding
         # along after it finished, so it needs no KV slot past its prompt)
         decoding = [r for r in self.running if r.prefill_done and not r.params.embed]
@@ -290,6 +391,8 @@ class Scheduler:
         items = prefill + [(r, 1) for r in decode_rows]
         if not items:
             return None
+        if decode_rows and self.estimate is not None:
+            self.estimate.decode_step()
         batch = self.engine.stage_decode([r.row for r, _ in items],
                                          [r.kv_len for r, _ in items]) if decode else None
         if batch is None:
@@ -303,21 +406,29 @@ class Scheduler:
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
+        # the host tier's loads this batch reads: its attention layers wait for them
+        batch.kv_ready = self.cache.before_launch()
+        assert batch.kv_ready is None or not decode, "a decode batch reads no loaded pages"
         if lp_plan is None and not embed_reqs:
-            return ForwardPass(items, emits, batch, self.engine.forward(batch))
-        # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
-        lp_rows = lp_plan.keep if lp_plan is not None else []
-        logits, kept = self.engine.forward_keeping(batch, to_device(lp_rows + embed_rows, self.device))
-        return ForwardPass(
-            items, emits, batch, logits,
-            prompt_logprobs.compute(self.engine.model, kept[: len(lp_rows)], lp_plan) if lp_plan else None,
-            embed.compute(embed_reqs, kept[len(lp_rows):]) if embed_reqs else None)
+            fwd = ForwardPass(items, emits, batch, self.engine.forward(batch))
+        else:
+            # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
+            lp_rows = lp_plan.keep if lp_plan is not None else []
+            logits, kept = self.engine.forward_keeping(batch, to_device(lp_rows + embed_rows,
+                                                                        self.device))
+            fwd = ForwardPass(
+                items, emits, batch, logits,
+                prompt_logprobs.compute(self.engine.model, kept[: len(lp_rows)], lp_plan)
+                if lp_plan else None,
+                embed.compute(embed_reqs, kept[len(lp_rows):]) if embed_reqs else None)
+        self.cache.after_launch()
+        return fwd
 
     def _share_prompt(self, req: Req) -> None:
         """Put the prompt KV this batch computes in the prefix cache now, not when the request
         ends, so requests sharing the prompt's prefix reuse it while this one still runs."""
         pt = self.table.page_table
-        match = self.cache.share_prefix(req.input_ids[: req.kv_len], pt[req.row, : req.kv_len],
+        match = self.cache.share_prefix(req.fill_ids[: req.kv_len], pt[req.row, : req.kv_len],
                                         req.cached_len, req.cache_handle, req.namespace)
         if match is not None:
             pt[req.row, req.cached_len : match.cached_len] = match.indices[req.cached_len:].to(
@@ -399,6 +510,8 @@ class Scheduler:
     def _finish(self, req: Req) -> None:
         """It produced its last output: forget it and release its KV (now or after the flight)."""
         req.finished = True
+        if self.estimate is not None and req.output_ids:
+            self.estimate.finished(req)
         self._forget(req.uid)
         self._retire(req)
 
@@ -450,6 +563,8 @@ class Scheduler:
 
     def stats(self) -> dict[str, int]:
         size = self.cache.size_info
+        host_used, host_total = self.cache.host_tokens
+        tier = self.cache.tier
         return {
             "running": len(self.running),
             "waiting": len(self.waiting) + len(self.grammars),
@@ -464,6 +579,13 @@ class Scheduler:
             "kv_tokens_in_use": self.cache.num_slots - self.cache.available_tokens,
             "kv_tokens_total": self.cache.num_slots,
             "lora_slots": 0 if self.lora is None else self.lora.pool.num_slots,
+            "retractions": self.retractions,
+            "retracted_tokens_recomputed": self.adder.retracted_recomputed,
+            "host_hit_tokens": self.cache.host_hit_tokens,
+            "host_kv_tokens": host_used,
+            "host_kv_tokens_total": host_total,
+            "host_loaded_tokens": tier.loaded_tokens if tier is not None else 0,
+            "host_written_tokens": tier.written_tokens if tier is not None else 0,
         }
 
     def lora_requests(self) -> dict[str, list[int]]:

@@ -20,6 +20,8 @@ _GAUGES = {
     "kv_pages_total": "KV cache pages in the pool",
     "evictable_tokens": "Prefix-cache tokens that can be evicted",
     "protected_tokens": "Prefix-cache tokens locked by running requests",
+    "host_kv_tokens": "Tokens the host KV tier holds (0 without one)",
+    "host_kv_tokens_total": "Host KV tier capacity in tokens (0 without one)",
 }
 
 
@@ -34,6 +36,10 @@ class ServerMetrics:
             "prefix_hit_tokens": Counter("radixserve_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", registry=r),
             "prefill_tokens": Counter("radixserve_prefill_tokens", "Prompt tokens computed by prefill", registry=r),
             "aborted_waiting": Counter("radixserve_aborted_waiting_requests", "Requests aborted while waiting, before any prefill", registry=r),
+            "retractions": Counter("radixserve_retractions", "Running requests retracted for lack of KV (optimistic admission); each is requeued and resumed", registry=r),
+            "retracted_tokens_recomputed": Counter("radixserve_retracted_tokens_recomputed", "KV tokens retracted requests had computed and computed again when re-admitted", registry=r),
+            "host_hit_tokens": Counter("radixserve_host_cache_hit_tokens", "Prompt tokens loaded back from the host KV tier", registry=r),
+            "host_written_tokens": Counter("radixserve_host_cache_written_tokens", "KV tokens copied to the host KV tier", registry=r),
         }
         self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
         # NOTE: the autoscaling signal: pages the prefix cache keeps but could evict count as free
