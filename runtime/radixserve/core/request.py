@@ -31,6 +31,10 @@ class Req:
     prompt_lps: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     aborted: bool = False
     finished: bool = False
+    # speculative decoding: tokens drafted for it, drafts kept, steps that verified drafts
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_steps: int = 0
 
     @property
     def prompt_len(self) -> int:

@@ -228,9 +228,15 @@ class Engine:
         last = hidden[torch.cumsum(batch.extend_lens, 0) - 1]
         return self.model.compute_logits(last), hidden[keep]
 
+    @torch.inference_mode()
+    def forward_rows(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+        """Logits [len(rows), vocab] at the batch's tokens `rows` (a verification step's: each
+        drafted position). Never a decode graph replay."""
+        return self.model.compute_logits(self.forward_hidden(batch)[rows])
+
     def stage_decode(self, rows: list[int], starts: list[int]) -> Batch | None:
         """A decode batch staged for a CUDA-graph replay (`CudaGraphRunner.stage`), or None where
-        no graph runs it: build it on the device then (`scheduler/batch_builder.py`)."""
+        no graph runs it: build it on the device then (`engine/batch_builder.py`)."""
         return self.graph_runner.stage(rows, starts) if self.graph_runner is not None else None
 
     @torch.inference_mode()

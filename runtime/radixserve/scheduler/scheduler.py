@@ -40,6 +40,7 @@ from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.constrained.manager import GrammarManager
 from radixserve.core.output import RequestFailure, TokenOutput
 from radixserve.core.request import Req
+from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import Engine
 from radixserve.engine.sampler import Sampler
@@ -48,11 +49,12 @@ from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
-from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
 from radixserve.scheduler.ledger import RequestLedger
 from radixserve.scheduler.prefill import PrefillAdder
+from radixserve.scheduler.verify_step import sample_verified, verify_rows, write_drafts
+from radixserve.speculative.factory import create_speculator
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 
@@ -79,6 +81,8 @@ class Scheduler:
         self.limits = Limits(self.engine.max_seq_len, self.cache.num_pages * engine.page_size,
                              self.vocab_size)
         self.grammars = GrammarManager(self.model_path, self.vocab_size, self.eos_ids)
+        # speculative decoding (`speculative/`): None unless --speculative-algorithm
+        self.spec = create_speculator(engine, sched, self.engine) if sched.speculates else None
         self.auto_admit_grammars = True  # False under TP: the leader's ready list is broadcast
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -200,7 +204,10 @@ class Scheduler:
         tokens of the batch before it (overlap) or of this one (no overlap)."""
         if self.auto_admit_grammars:
             self.admit_grammars(self.ready_grammars())
-        sync = not self.overlap or any(r.params.has_penalties for r in self.running)
+        # NOTE: a drafter reads the tokens of the batch before: a step that may draft reads them
+        # first (speculation trades the overlap of that step for the tokens it verifies)
+        sync = (not self.overlap or any(r.params.has_penalties for r in self.running)
+                or (self.spec is not None and self.spec.may_draft(self.running)))
         outputs: list[TokenOutput] = []
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
@@ -237,21 +244,30 @@ class Scheduler:
         decode = not prefill
         # the decode rows of this batch: all of them, or none when a prefill batch is not mixed
         decode_rows = decoding if decode or self.cfg.mixed_chunk else []
-        items = prefill + [(r, 1) for r in decode_rows]
+        lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
+        embed_reqs, embed_rows = embed.plan(prefill)
+        drafts = (self.spec.plan(decode_rows) if self.spec is not None and lp_plan is None
+                  and not embed_reqs else {})
+        items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
+        if drafts:  # verified after the request's last token: the next positions of its row
+            write_drafts(self.table.token_pool, drafts)
+            decode = False  # (one extend of each request's token and its drafts)
         batch = self.engine.stage_decode([r.row for r, _ in items],
                                          [r.kv_len for r, _ in items]) if decode else None
         if batch is None:
             batch = build_batch(items, self.table, self.device, decode)
-        lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
-        embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
             req.kv_len += n
         self.decode_kv_tokens += sum(r.kv_len for r in decode_rows)  # each reads its whole context
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
+        if drafts:  # logits at every verified position, one row at every other item's last
+            rows = verify_rows(items, drafts)
+            logits = self.engine.forward_rows(batch, to_device(rows, self.device))
+            return ForwardPass(items, emits, batch, logits, drafts=drafts, rows=rows)
         if lp_plan is None and not embed_reqs:
             return ForwardPass(items, emits, batch, self.engine.forward(batch))
         # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
@@ -275,7 +291,9 @@ class Scheduler:
 
     @torch.inference_mode()
     def _sample(self, fwd: ForwardPass) -> InFlight:
-        items, emits, batch, logits, prompt_lp, embeds = fwd
+        if fwd.drafts:
+            return sample_verified(self, fwd)
+        items, emits, batch, logits, prompt_lp, embeds = fwd[:6]
         masked = [(i, r.grammar) for i in emits
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
@@ -304,6 +322,8 @@ class Scheduler:
             prompt_logprobs.record(fl.prompt_lp)
         vectors = ({} if fl.embeds is None
                    else dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())))
+        if fl.runs is not None:  # a verification step: each request's run of tokens
+            return self._emit_runs(fl)
         tokens = res.tokens.tolist()
         invalid = res.invalid.tolist() if res.invalid is not None else None
         outputs: list[TokenOutput] = []
@@ -325,24 +345,56 @@ class Scheduler:
                 self._fail(req, f"{param}: the grammar allows no token after the "
                                 f"{len(req.output_ids)} generated: no output can complete it", param)
                 continue
-            tok = tokens[i]
-            req.output_ids.append(tok)
-            if req.grammar is not None and not req.grammar.accept(tok):
-                self._fail_grammar(req, tok)  # the mask forbids it: a bug, this request's alone
-                continue
-            reason = self._finish_reason(req, tok)
             lp = top = None
             if req.params.logprobs is not None and res.chosen_logprob is not None:
                 k = req.params.logprobs
                 lp = float(res.chosen_logprob[i])
                 top = list(zip(res.top_ids[i, :k].tolist(), res.top_logprobs[i, :k].tolist()))
-            plp = None
-            if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
-                plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
-            outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
-                                       req.prompt_len, plp, cached_tokens=req.prefix_hit))
-            if reason is not None:
-                self._finish(req)
+            self._emit(req, tokens[i], lp, top, outputs)
+        return outputs
+
+    def _emit(self, req: Req, tok: int, lp: float | None, top: list | None,
+              outputs: list[TokenOutput]) -> bool:
+        """The request's next token: appended, reported, and the request finished if it ends it;
+        False once the request is done (finished, or failed by its grammar)."""
+        req.output_ids.append(tok)
+        if req.grammar is not None and not req.grammar.accept(tok):
+            self._fail_grammar(req, tok)  # the mask forbids it: a bug, this request's alone
+            return False
+        reason = self._finish_reason(req, tok)
+        plp = None
+        if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
+            plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
+        outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
+                                   req.prompt_len, plp, cached_tokens=req.prefix_hit,
+                                   spec_drafted=req.spec_drafted, spec_accepted=req.spec_accepted,
+                                   spec_steps=req.spec_steps))
+        if reason is not None:
+            req.kv_len = min(req.kv_len, len(req.all_ids))  # (a run may end inside its drafts)
+            self._finish(req)
+            return False
+        return True
+
+    def _emit_runs(self, fl: InFlight) -> list[TokenOutput]:
+        outputs: list[TokenOutput] = []
+        for i in fl.emits:
+            req, run = fl.items[i][0], fl.runs[i]
+            if req.finished or req.aborted:
+                continue
+            if run.invalid:
+                self._fail(req, "internal error: the model's logits for this request held no valid "
+                                "value (NaN or infinity)", None, 500)
+                continue
+            if req.grammar is not None and req.grammar.dead_end:
+                param = req.grammar.param
+                self._fail(req, f"{param}: the grammar allows no token after the "
+                                f"{len(req.output_ids)} generated: no output can complete it", param)
+                continue
+            for j, tok in enumerate(run.tokens):
+                lp = run.logprobs[j] if run.logprobs is not None else None
+                top = run.top[j] if run.top is not None else None
+                if not self._emit(req, tok, lp, top, outputs):
+                    break
         return outputs
 
     def _finish(self, req: Req) -> None:
@@ -376,6 +428,8 @@ class Scheduler:
     def _retire(self, req: Req) -> None:
         """Stop scheduling the request; free its KV now, or once the in-flight batch is done."""
         self.running.remove(req)
+        if self.spec is not None:
+            self.spec.release(req)
         if self._inflight is not None:
             self._deferred.append(req)
         else:
@@ -408,6 +462,10 @@ class Scheduler:
             # what running requests hold or lock: the pool minus free pages and evictable cache
             "kv_tokens_in_use": self.cache.num_slots - self.cache.available_tokens,
             "kv_tokens_total": self.cache.num_slots,
+            # speculative decoding: tokens drafted, drafts kept, verification steps of a request
+            "spec_draft_tokens": self.spec.drafted if self.spec else 0,
+            "spec_accepted_tokens": self.spec.accepted if self.spec else 0,
+            "spec_verify_steps": self.spec.verify_steps if self.spec else 0,
         }
 
     def check_integrity(self) -> None:
