@@ -5,6 +5,7 @@ import functools
 import logging
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -47,6 +48,16 @@ def prefill_graph_tokens(asked: int | None, max_prefill_length: int) -> int:
     return min(DEFAULT_PREFILL_GRAPH_TOKENS if asked is None else asked, max_prefill_length)
 
 
+class Companion(NamedTuple):
+    """What another engine of this process will hold: its weights, and KV bytes per token."""
+
+    weight_bytes: int
+    bytes_per_token: int
+
+
+NO_COMPANION = Companion(0, 0)
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -62,11 +73,14 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
-                 max_prefill_length: int | None = None, source: ModelSource | None = None) -> None:
+                 max_prefill_length: int | None = None, source: ModelSource | None = None,
+                 companion: Companion = NO_COMPANION) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
-        (else resolved here)."""
+        (else resolved here). `companion`: another engine this process starts after this one
+        (a draft model), whose weights and KV pool of as many tokens this one's sizing leaves
+        room for."""
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if max_prefill_length is None:
@@ -100,7 +114,9 @@ class Engine:
         self.kv_bytes_per_token = per_token = kv_bytes_per_token(
             hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
         want = max_running_requests * _round_up(self.max_seq_len, cfg.page_size)
-        tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, per_token, cfg.memory_ratio, want)
+        tokens = cfg.max_kv_tokens or kv_token_capacity(
+            self.device, per_token + companion.bytes_per_token, cfg.memory_ratio, want,
+            companion.weight_bytes)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest
         self.num_pages = max(1, tokens // cfg.page_size)
         self.kv_pool = MHAKVPool(

@@ -42,7 +42,7 @@ from radixserve.core.output import RequestFailure, TokenOutput
 from radixserve.core.request import Req
 from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.device import resolve_device
-from radixserve.engine.engine import Engine
+from radixserve.engine.engine import NO_COMPANION, Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
@@ -55,6 +55,7 @@ from radixserve.scheduler.ledger import RequestLedger
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.verify_step import sample_verified, verify_rows, write_drafts
 from radixserve.speculative.factory import create_speculator
+from radixserve.speculative.factory import plan as speculative_plan
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 
@@ -69,7 +70,10 @@ class Scheduler:
         self.cfg = sched
         # tokens per prefill batch: what was asked, else the device's default (`config.py`)
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
-        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source)
+        # speculative decoding (`speculative/`): what a drafter will hold, before the KV is sized
+        spec = speculative_plan(engine, sched) if sched.speculates else None
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source,
+                             spec.companion if spec else NO_COMPANION)
         self.device = self.engine.device
         self.table = self.engine.table
         self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
@@ -81,8 +85,7 @@ class Scheduler:
         self.limits = Limits(self.engine.max_seq_len, self.cache.num_pages * engine.page_size,
                              self.vocab_size)
         self.grammars = GrammarManager(self.model_path, self.vocab_size, self.eos_ids)
-        # speculative decoding (`speculative/`): None unless --speculative-algorithm
-        self.spec = create_speculator(engine, sched, self.engine) if sched.speculates else None
+        self.spec = create_speculator(spec, engine, sched, self.engine) if spec else None
         self.auto_admit_grammars = True  # False under TP: the leader's ready list is broadcast
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []

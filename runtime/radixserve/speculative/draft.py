@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from radixserve.engine.batch_builder import build_batch
-from radixserve.engine.engine import Engine
+from radixserve.engine.engine import Companion, Engine
 from radixserve.kvcache.allocator import PageAllocator
+from radixserve.models.source import ModelSource
 from radixserve.speculative.drafter import DRAFTERS, BaseDrafter
 from radixserve.utils.tensor import to_device
 
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from radixserve.core.request import Req
 
 logger = logging.getLogger(__name__)
-# what the draft engine may take of the device's memory, the target's included (GPU): the target
-# leaves it room by its own --memory-ratio
-DRAFT_MEMORY_RATIO = 0.95
 
 
 @dataclass(eq=False)
@@ -63,11 +61,32 @@ class DraftModelDrafter(BaseDrafter):
         self._rows: dict[int, _Row] = {}
 
     @classmethod
-    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine) -> DraftModelDrafter:
+    def plan(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig) -> tuple[Companion, ModelSource]:
+        """The draft model resolved, and its weights and KV bytes a token on this rank, so that the
+        target leaves room for them and a pool of as many tokens as its own."""
+        from radixserve.distributed import get_tp_info
+        from radixserve.engine.device import resolve_device
+        from radixserve.kvcache.kv_dtype import resolve_kv_dtype
+        from radixserve.kvcache.sizing import kv_bytes_per_token
+        from radixserve.models.hf_config import head_dim, text_config
+        from radixserve.models.loader import resolve_dtype, weight_bytes
+
+        source = ModelSource.resolve(cfg.speculative_draft_model_path)
+        dtype = resolve_dtype(engine_cfg.dtype, source.config, resolve_device(engine_cfg.device))
+        hc = text_config(source.config)
+        kv_heads = max(1, hc.num_key_value_heads // get_tp_info().size)
+        per_token = kv_bytes_per_token(hc.num_hidden_layers, kv_heads, head_dim(hc),
+                                       resolve_kv_dtype(engine_cfg.kv_cache_dtype, dtype))
+        return Companion(weight_bytes(source.config, dtype), per_token), source
+
+    @classmethod
+    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine,
+               context: ModelSource) -> DraftModelDrafter:
         draft_cfg = dataclasses.replace(
-            engine_cfg, model=cfg.speculative_draft_model_path, page_size=1, max_kv_tokens=None,
-            memory_ratio=DRAFT_MEMORY_RATIO, context_length=None)
-        engine = Engine(draft_cfg, cfg.max_running_requests, cfg.prefill_length(target.device.type))
+            engine_cfg, model=str(context.path), page_size=1,
+            max_kv_tokens=target.num_pages * target.page_size, context_length=None)
+        engine = Engine(draft_cfg, cfg.max_running_requests, cfg.prefill_length(target.device.type),
+                        context)
         vocab = int(engine.hf_config.vocab_size)
         if vocab > int(target.hf_config.vocab_size):
             raise ValueError(f"speculative_draft_model_path: the draft model's vocabulary ({vocab}) "

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from radixserve.engine.engine import NO_COMPANION, Companion
 from radixserve.utils.registry import Registry
 
 if TYPE_CHECKING:
@@ -16,8 +17,15 @@ DRAFTERS: Registry[type[BaseDrafter]] = Registry("speculative algorithm")
 
 class BaseDrafter(ABC):
     @classmethod
+    def plan(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig) -> tuple[Companion, Any]:
+        """Before the target's engine: the memory the drafter will hold beside it, and whatever
+        `create` should be handed (resolved once)."""
+        return NO_COMPANION, None
+
+    @classmethod
     @abstractmethod
-    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine) -> BaseDrafter:
+    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine,
+               context: Any) -> BaseDrafter:
         """The drafter the configs ask for, beside the target's engine."""
 
     @abstractmethod

@@ -6,7 +6,7 @@ last), so a lookup probes one dictionary entry and compares a few candidates bac
 the context's length."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from radixserve.speculative.drafter import DRAFTERS, BaseDrafter
 
@@ -58,7 +58,8 @@ class NgramDrafter(BaseDrafter):
         self._index: dict[int, _Index] = {}
 
     @classmethod
-    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine) -> NgramDrafter:
+    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine,
+               context: Any) -> NgramDrafter:
         return cls(cfg.speculative_ngram_min_match_window_size,
                    cfg.speculative_ngram_max_match_window_size)
 
