@@ -28,7 +28,7 @@ FLOORS: tuple[frozenset[str], ...] = (
                "distributed"}),
     frozenset({"core"}),
     frozenset({"layers", "kvcache", "tokenizer", "constrained", "postprocess"}),
-    frozenset({"models"}),
+    frozenset({"models", "lora"}),
     frozenset({"attention", "engine"}),
     # the scheduler's processes (spawn, join, channel, heartbeat); speculative decoding's drafters
     frozenset({"ranks", "speculative"}),

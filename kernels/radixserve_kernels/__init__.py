@@ -37,6 +37,14 @@ from radixserve_kernels.gemv import (
     skinny_gemm_ref,
 )
 from radixserve_kernels.kv_quant import dequantize_kv_ref, quantize_kv_ref
+from radixserve_kernels.lora import (
+    LoRAGroups,
+    lora_expand_,
+    lora_expand_ref,
+    lora_groups,
+    lora_shrink,
+    lora_shrink_ref,
+)
 from radixserve_kernels.moe import (
     fused_moe,
     fused_moe_ref,
@@ -61,6 +69,7 @@ from radixserve_kernels.store_kv import store_kv, store_kv_ref
 
 __all__ = [
     "SKINNY_MAX_M",
+    "LoRAGroups",
     "NewTokenKV",
     "RopeParams",
     "TokenStore",
@@ -86,6 +95,11 @@ __all__ = [
     "fused_add_rms_norm_ref",
     "fused_moe",
     "fused_moe_ref",
+    "lora_expand_",
+    "lora_expand_ref",
+    "lora_groups",
+    "lora_shrink",
+    "lora_shrink_ref",
     "moe_align",
     "page_indices",
     "page_indices_ref",

@@ -4,7 +4,9 @@ No cluster access; owner references are added by the handlers.
 
 A hub model is downloaded by an init container (`radixserve download`, the same image, env and
 cache mount, and the hub token, which only it gets) before the server starts; the server then runs
-with HF_HUB_OFFLINE=1, so its startup window is spent loading, never downloading.
+with HF_HUB_OFFLINE=1, so its startup window is spent loading, never downloading. So are the LoRA
+adapters of spec.lora from the hub, one init container each; a pvc:// adapter's claim is mounted
+read-only; the server gets them all in --lora-paths.
 
 Every pod meets the Pod Security Standard `restricted` (non-root, no privilege escalation, every
 capability dropped, the runtime's seccomp profile); what a resource adds is checked against the
@@ -31,13 +33,15 @@ from radixserve_operator import (
     SERVER_PORT,
 )
 from radixserve_operator.quantity import quantity_bytes
-from radixserve_operator.spec import API_KEY_ENV, ProbeTiming, ServiceSpec
+from radixserve_operator.spec import API_KEY_ENV, AdapterSpec, ProbeTiming, ServiceSpec
 
 CONTAINER = "server"
 INIT_CONTAINER = "model-download"
 CACHE_VOLUME = "model-cache"
 CACHE_DIR = "/models-cache"
 SOURCE_DIR = "/models"  # pvc:// sources mount at /models/CLAIM
+LORA_DIR = "/lora"  # pvc:// adapters' claims mount at /lora/CLAIM
+LORA_INIT_CONTAINER = "lora-download"  # one a hub adapter: lora-download-0, -1, …
 RUN_AS = 1000
 # NOTE: containers set `args` only, never `command`, so they run through the image's ENTRYPOINT:
 # ours is this (tini as PID 1 forwards SIGTERM to the server and reaps the scheduler, tokenizer and
@@ -119,10 +123,55 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
         ("--cache", rt.cache),
         ("--shutdown-timeout", rt.shutdown_timeout),
     ]
+    tier = rt.hierarchical_cache
+    if tier is not None:
+        args.append("--enable-hierarchical-cache")
+        optional += [
+            ("--hicache-size", None if tier.size_bytes is None else repr(tier.size_bytes / 2**30)),
+            ("--hicache-ratio", tier.ratio),
+            ("--hicache-write-policy", tier.write_policy),
+        ]
     for flag, value in optional:
         if value is not None:
             args += [flag, str(value)]
-    return args + list(rt.extra_args)
+    return args + lora_args(spec) + list(rt.extra_args)
+
+
+def adapter_arg(spec: ServiceSpec, adapter: AdapterSpec) -> str:
+    """Where the server reads an adapter: its hub id (found in the cache the init container
+    filled), its claim's mount, or its path."""
+    pvc = adapter.pvc
+    if pvc is None:
+        return adapter.source
+    model_pvc = spec.model.pvc
+    root = SOURCE_DIR if model_pvc is not None and model_pvc[0] == pvc[0] else LORA_DIR
+    return f"{root}/{pvc[0]}/{pvc[1]}"
+
+
+def lora_args(spec: ServiceSpec) -> list[str]:
+    lora = spec.lora
+    if lora is None:
+        return []
+    args = ["--enable-lora"]
+    if lora.max_loras_per_batch is not None:
+        args += ["--max-loras-per-batch", str(lora.max_loras_per_batch)]
+    if lora.max_lora_rank is not None:
+        args += ["--max-lora-rank", str(lora.max_lora_rank)]
+    if lora.adapters:
+        args += ["--lora-paths", *(f"{a.name}={adapter_arg(spec, a)}" for a in lora.adapters)]
+    return args
+
+
+def hub_adapters(spec: ServiceSpec) -> list[AdapterSpec]:
+    """The adapters an init container fetches from the hub."""
+    return [a for a in (spec.lora.adapters if spec.lora else ()) if a.hub_id is not None]
+
+
+def adapter_claims(spec: ServiceSpec) -> list[str]:
+    """The claims of pvc:// adapters that need a mount of their own (not the model's claim)."""
+    model_pvc = spec.model.pvc
+    claims = [a.pvc[0] for a in (spec.lora.adapters if spec.lora else ()) if a.pvc is not None]
+    return sorted({c for c in claims if model_pvc is None or c != model_pvc[0]})
 
 
 def _probe(timing: ProbeTiming) -> dict[str, Any]:
@@ -149,9 +198,25 @@ def default_requests(spec: ServiceSpec, tp: int) -> dict[str, str]:
     return {"cpu": str(CPU_PER_GPU * tp), "memory": _mebibytes(memory)}
 
 
+def host_tier_bytes(spec: ServiceSpec, tp: int) -> int:
+    """Host memory the KV tier (spec.runtime.hierarchicalCache) takes in one pod: its size per
+    rank, or ratio x memoryRatio x gpu.memoryGiB per GPU (what bounds each GPU's KV pool: the
+    weights' share is not subtracted, so the pod never gets less than the tier takes). A CPU
+    replica's tier sized by ratio shares the runtime's KV budget (kvcache/sizing.py): none."""
+    tier = spec.runtime.hierarchical_cache
+    if tier is None:
+        return 0
+    if tier.size_bytes is not None:
+        return tier.size_bytes * tp
+    if not spec.gpu.enabled or tier.ratio is None or spec.gpu.memory_gib is None:
+        return 0  # (the CRD's rules require memoryGiB for a GPU replica sized by ratio)
+    return int(tier.ratio * spec.runtime.memory_ratio * spec.gpu.memory_gib * 2**30) * tp
+
+
 def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
-    """The operator's defaults < spec.resources < template.spec.container.resources, key by key;
-    the GPU count is always the TP size."""
+    """The operator's defaults < spec.resources < template.spec.container.resources, key by key,
+    and the host KV tier on top of the memory requested and limited; the GPU count is always
+    the TP size."""
     out: dict[str, dict[str, Any]] = {}
     user = ((spec.pod_template.get("container") or {}).get("resources")) or {}
     for layer in (spec.resources, user):
@@ -165,6 +230,12 @@ def _resources(spec: ServiceSpec, tp: int) -> dict[str, Any]:
     for key, value in default_requests(spec, tp).items():
         if key not in given:
             out.setdefault("requests", {})[key] = value
+    if tier := host_tier_bytes(spec, tp):
+        # the kubelet kills a pod past its memory limit: the pinned tier must be inside it (a
+        # limit alone stays alone: it is the request too)
+        parts = [p for p in out.values() if "memory" in p] or [out.setdefault("requests", {})]
+        for part in parts:
+            part["memory"] = _mebibytes(quantity_bytes(part.get("memory", 0)) + tier)
     if spec.gpu.enabled:
         out.setdefault("limits", {})[gpu] = tp  # extended resources: requests default to limits
     return {k: v for k, v in out.items() if v}
@@ -174,6 +245,11 @@ def downloads(spec: ServiceSpec) -> bool:
     """Whether an init container downloads the model: hub sources only (the embedded default is
     in the image, a path or pvc:// source is already on a volume)."""
     return spec.model.hub_id is not None
+
+
+def fetches(spec: ServiceSpec) -> bool:
+    """Whether any init container downloads: the model, or a LoRA adapter from the hub."""
+    return downloads(spec) or bool(hub_adapters(spec))
 
 
 def runtime_startup_timeout(spec: ServiceSpec) -> int:
@@ -208,7 +284,7 @@ def _user_env(spec: ServiceSpec) -> tuple[dict[str, Any], ...]:
 
 def _env(spec: ServiceSpec) -> list[dict[str, Any]]:
     env = _common_env(spec)
-    if downloads(spec):  # the init container has put the model in the cache
+    if fetches(spec):  # the init containers have put the model and adapters in the cache
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     env.append({"name": "RADIXSERVE_STARTUP_TIMEOUT", "value": str(runtime_startup_timeout(spec))})
     merged = merge_env(env, _user_env(spec))
@@ -289,6 +365,10 @@ def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, An
         mounts.append(
             {"name": "model-source", "mountPath": f"{SOURCE_DIR}/{pvc[0]}", "readOnly": True}
         )
+    for i, claim in enumerate(adapter_claims(spec)):
+        name = f"lora-source-{i}"
+        volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": name, "mountPath": f"{LORA_DIR}/{claim}", "readOnly": True})
     t = spec.pod_template
     user_mounts = (t.get("container") or {}).get("volumeMounts") or []
     return merge_by("name", volumes, t.get("volumes") or []), merge_by(
@@ -349,22 +429,24 @@ def download_args(spec: ServiceSpec) -> list[str]:
 
 
 def _init_container(
-    spec: ServiceSpec, mounts: list[dict[str, Any]], server_resources: dict[str, Any]
+    spec: ServiceSpec, mounts: list[dict[str, Any]], server_resources: dict[str, Any],
+    name: str = INIT_CONTAINER, args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """`radixserve download` into the cache: the server's image, env, mounts and security. Its
-    CPU/memory are the server's (never the GPUs), so the pod asks the scheduler for no more than
-    the server alone (a pod's request is the larger of its init containers' and the sum of its
-    containers')."""
+    """`radixserve download` into the cache (the model's, else `args`: an adapter's): the
+    server's image, env, mounts and security. Its CPU/memory are the server's (never the GPUs),
+    so the pod asks the scheduler for no more than the server alone (a pod's request is the
+    larger of its init containers' and the sum of its containers')."""
     gpu = spec.gpu.resource_name
     resources = {
         part: {k: v for k, v in values.items() if k != gpu}
         for part, values in server_resources.items()
     }
     return {
-        "name": INIT_CONTAINER,
+        "name": name,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": download_args(spec),  # through the image's ENTRYPOINT, as the server
+        # through the image's ENTRYPOINT, as the server
+        "args": download_args(spec) if args is None else args,
         "env": _init_env(spec),
         "resources": {k: v for k, v in resources.items() if v},
         "volumeMounts": [dict(m) for m in mounts],
@@ -441,8 +523,13 @@ def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if downloads(spec):
-        pod["initContainers"] = [_init_container(spec, mounts, server["resources"])]
+    inits = [_init_container(spec, mounts, server["resources"])] if downloads(spec) else []
+    for i, adapter in enumerate(hub_adapters(spec)):
+        # NOTE: the repo's main branch: RADIXSERVE_MODEL_REVISION is the model's revision
+        inits.append(_init_container(spec, mounts, server["resources"], f"{LORA_INIT_CONTAINER}-{i}",
+                                     ["download", adapter.source, "--revision", "main"]))
+    if inits:
+        pod["initContainers"] = inits
     pod |= {"containers": [server], "volumes": volumes, **_scheduling(spec)}
     return pod
 
@@ -498,7 +585,7 @@ def build_deployment(
     # A rollout may wait out a whole startup window per pod (and a download before it); don't
     # call it stalled before that.
     deadline = max(600, spec.startup.window_seconds + 300)
-    if downloads(spec):
+    if fetches(spec):
         deadline += DOWNLOAD_ALLOWANCE_S
     meta = _workload_meta(spec, tp, generation)
     if in_place:

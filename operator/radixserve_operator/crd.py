@@ -44,6 +44,11 @@ IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 # What becomes one argument of a flag (--served-model-name, --revision): never a flag itself.
 ARG_VALUE = r"^[A-Za-z0-9_][A-Za-z0-9._:/@+-]*$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# A LoRA adapter's name as clients give it in `model`: the runtime's rule (radixserve.config's
+# adapter_name_fault; a test keeps the two equal)
+ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+MAX_ADAPTERS = 64
+MAX_LORA_RANK = 256  # the runtime's --max-lora-rank bound
 TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
 
@@ -293,6 +298,31 @@ def _runtime() -> dict[str, Any]:
                 description="auto | NAME | PREFILL,DECODE",
             ),
             "cache": _str(enum=["radix", "naive"]),
+            "hierarchicalCache": _obj(
+                {
+                    "size": _quantity(description="Host memory of the tier per GPU (per TP "
+                                      "rank; --hicache-size), e.g. 64Gi."),
+                    "ratio": {
+                        "type": "number",
+                        "minimum": 1,
+                        "maximum": 64,
+                        "description": "The tier as a multiple of each GPU's KV pool "
+                        "(--hicache-ratio); the pod's memory grows by ratio x memoryRatio x "
+                        "gpu.memoryGiB per GPU, a bound of that pool.",
+                    },
+                    "writePolicy": _str(
+                        enum=["write_through", "write_back"],
+                        description="When KV is copied to the tier (--hicache-write-policy): as "
+                        "soon as it is computed (runtime default) or when the GPU evicts it.",
+                    ),
+                },
+                description="A host-memory tier for the prefix cache (HiCache, "
+                "--enable-hierarchical-cache): KV evicted from the GPU stays in (pinned) host "
+                "memory and is loaded back on a hit. Present enables it, sized by exactly one of size, "
+                "ratio. The pod's memory request (and limit, if set) grows by the tier; a CPU "
+                "replica's tier sized by ratio shares the runtime's CPU KV budget instead.",
+                **validations("runtime.hierarchicalCache"),
+            ),
             "shutdownTimeoutSeconds": _int(
                 0, 3600, default=30, description="Drain time on SIGTERM."
             ),
@@ -320,6 +350,7 @@ def _runtime() -> dict[str, Any]:
             },
         },
         default={},
+        **validations("runtime"),
     )
 
 
@@ -513,6 +544,55 @@ def _network_policy() -> dict[str, Any]:
 ROUTER_POLICIES = ["cache_aware", "round_robin", "power_of_two"]
 
 
+def _lora() -> dict[str, Any]:
+    adapter = _obj(
+        {
+            "name": _str(
+                minLength=1,
+                maxLength=128,
+                pattern=ADAPTER_NAME,
+                description="The name clients give as the request's `model` (or BASE:NAME).",
+            ),
+            "source": _str(
+                minLength=1,
+                maxLength=1024,
+                pattern=r"^[^-\x00-\x20][^\x00-\x1f]*$",  # never a flag, no control characters
+                description="A Hugging Face hub id (org/name; fetched by the pod's init "
+                "container into the model cache, as the model), pvc://CLAIM/path (mounted "
+                "read-only), or an absolute path inside the pod. A PEFT LoRA adapter: "
+                "adapter_config.json and adapter_model.safetensors.",
+            ),
+        },
+        required=["name", "source"],
+    )
+    return _obj(
+        {
+            "adapters": {
+                "type": "array",
+                "maxItems": MAX_ADAPTERS,
+                "items": adapter,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "description": "Served from the start by every replica (--lora-paths); a change "
+                "of the list rolls the replicas, surge first.",
+            },
+            "maxLorasPerBatch": _int(
+                1, MAX_ADAPTERS, description="Adapter slots on each GPU: the most adapters the "
+                "running requests use at once (--max-loras-per-batch; runtime default 8)."
+            ),
+            "maxLoraRank": _int(
+                1, MAX_LORA_RANK, description="The largest adapter rank served (--max-lora-rank; "
+                "default: the largest among the adapters, at least 16)."
+            ),
+        },
+        description="PEFT LoRA adapters served beside the model (--enable-lora): a request picks "
+        "one with `model: NAME` or `BASE:NAME`, or SGLang's `lora_path` field beside the base "
+        "model's name (what the router passes through). More can be loaded at run time through "
+        "the server's /load_lora_adapter.",
+        **validations("lora"),
+    )
+
+
 def _router() -> dict[str, Any]:
     return _obj(
         {
@@ -691,6 +771,7 @@ def _spec() -> dict[str, Any]:
                 "(e.g. for a service mesh or a scraper), and a partial pod spec.",
             ),
             "env": _env_list(),
+            "lora": _lora(),
             "networkPolicy": _network_policy(),
             "router": _router(),
             "disruptionBudget": _disruption_budget(),

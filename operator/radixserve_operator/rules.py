@@ -125,6 +125,30 @@ RULES: tuple[Rule, ...] = (
         "spec.runtime.extraArgs for other flags)",
     ),
     Rule(
+        "lora",
+        "!has(self.adapters) || self.adapters.all(a, a.source.startsWith('/') || "
+        "a.source.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$') || "
+        "a.source.matches('^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$'))",
+        "an adapter's source is a hub id (org/name), pvc://CLAIM/path or an absolute path",
+        ".adapters",
+    ),
+    Rule(
+        "",
+        "!has(self.lora) || !has(self.lora.adapters) || !has(self.model.servedName) || "
+        "!self.lora.adapters.exists(a, a.name == self.model.servedName)",
+        "an adapter cannot take the model's servedName",
+        ".lora.adapters",
+        "runtime.hierarchicalCache",
+        "has(self.size) != has(self.ratio)",
+        "set exactly one of size, ratio",
+    ),
+    Rule(
+        "runtime",
+        "!has(self.hierarchicalCache) || !has(self.cache) || self.cache == 'radix'",
+        "hierarchicalCache keeps the radix cache's KV: it needs cache radix",
+        ".hierarchicalCache",
+    ),
+    Rule(
         "autoscaling",
         "self.minReplicas <= self.maxReplicas",
         "minReplicas must not exceed maxReplicas",
@@ -145,6 +169,14 @@ RULES: tuple[Rule, ...] = (
         "has(self.gpu.memoryGiB)",
         "parallelism.tensor auto needs gpu.memoryGiB",
         ".gpu",
+    ),
+    Rule(
+        "",
+        "!has(self.runtime.hierarchicalCache) || has(self.runtime.hierarchicalCache.size) || "
+        "!self.gpu.enabled || has(self.gpu.memoryGiB)",
+        "runtime.hierarchicalCache without size grows the pod's memory by ratio x memoryRatio x "
+        "gpu.memoryGiB: set gpu.memoryGiB, or give hierarchicalCache.size",
+        ".runtime.hierarchicalCache",
     ),
     Rule(
         "",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixserve_operator.crd import PAGE_SIZES, ROUTER_POLICIES, TP_SIZES, spec_schema
+from radixserve_operator.quantity import quantity_bytes
 from radixserve_operator.rules import violations
 from radixserve_operator.schema_check import schema_problems
 from radixserve_operator.settings import OperatorSettings
@@ -26,9 +27,11 @@ API_KEY_FLAG = re.compile(r"^--a(p(i(-(k(ey?)?)?)?)?)?(=.*)?$")
 API_KEY_ENV = "RADIXSERVE_API_KEY"
 # Flags the operator writes itself: a second one in extraArgs (argparse takes the last, and
 # expands a prefix) would move the port the probes and Service use, the GPUs the pod was given,
-# or the model that was downloaded; help and version make the server exit at once.
+# or the model and adapters that were downloaded (spec.lora); help and version make the server
+# exit at once.
 OWNED_FLAGS = ("--model", "--tp", "--tp-size", "--host", "--port", "--device", "--help",
-               "--version")  # fmt: skip
+               "--version", "--lora-paths", "--enable-lora", "--max-loras-per-batch",
+               "--max-lora-rank")  # fmt: skip
 EXPOSED_SERVICE_TYPES = ("NodePort", "LoadBalancer")
 
 
@@ -50,6 +53,12 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
+def pvc_source(source: str) -> tuple[str, str] | None:
+    """(claim, path inside the claim) of a pvc://CLAIM/path source, else None."""
+    m = _PVC_SOURCE.match(source)
+    return (m.group(1), m.group(3).strip("/")) if m else None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     source: str
@@ -65,8 +74,7 @@ class ModelSpec:
     @property
     def pvc(self) -> tuple[str, str] | None:
         """(claim, path inside the claim) for a pvc:// source."""
-        m = _PVC_SOURCE.match(self.source)
-        return (m.group(1), m.group(3).strip("/")) if m else None
+        return pvc_source(self.source)
 
     @property
     def hub_id(self) -> str | None:
@@ -104,6 +112,15 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class HierarchicalCacheSpec:
+    """spec.runtime.hierarchicalCache: the runtime's host KV tier."""
+
+    size_bytes: int | None  # per GPU (TP rank)
+    ratio: float | None
+    write_policy: str | None
+
+
+@dataclass(frozen=True)
 class RuntimeSpec:
     dtype: str | None
     page_size: int | None
@@ -121,6 +138,7 @@ class RuntimeSpec:
     context_length: int | None = None
     sampling_defaults: str | None = None
     prefill_graph_max_tokens: int | None = None
+    hierarchical_cache: HierarchicalCacheSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +235,30 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class AdapterSpec:
+    name: str
+    source: str  # a hub id, pvc://CLAIM/path, or an absolute path in the pod
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for a pvc:// source."""
+        return pvc_source(self.source)
+
+    @property
+    def hub_id(self) -> str | None:
+        return None if self.source.startswith(("/", "pvc://")) else self.source
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """spec.lora: LoRA adapters served beside the model."""
+
+    adapters: tuple[AdapterSpec, ...] = ()
+    max_loras_per_batch: int | None = None
+    max_lora_rank: int | None = None
+
+
+@dataclass(frozen=True)
 class RouterSpec:
     """spec.router: the SGLang model gateway in front of the replicas (`router.py`)."""
 
@@ -260,6 +302,7 @@ class ServiceSpec:
     allow_unauthenticated: bool = False  # spec.service.allowUnauthenticated
     network: NetworkSpec = NetworkSpec()
     router: RouterSpec = RouterSpec()
+    lora: LoraSpec | None = None  # None: LoRA off
 
     @property
     def exposed(self) -> bool:
@@ -299,10 +342,14 @@ def _check(raw: dict[str, Any], schema: dict[str, Any], name: str) -> None:
         )
     if raw["replicas"] < 0:
         raise SpecError(f"spec.replicas must be >= 0, got {raw['replicas']}")
-    names = [e.get("name") for e in raw.get("env") or ()]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise SpecError(f"spec.env: each name once, repeated: {', '.join(map(str, repeated))}")
+    # lists keyed by name (x-kubernetes-list-type map): the API server refuses a repeated name
+    # before any rule runs ("Duplicate value"); here for a resource it never judged
+    for where, items in (("spec.env", raw.get("env")),
+                         ("spec.lora.adapters", (raw.get("lora") or {}).get("adapters"))):
+        names = [e.get("name") for e in items or ()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise SpecError(f"{where}: each name once, repeated: {', '.join(map(str, repeated))}")
     _check_key_in_clear(raw)
     _check_exposure(raw)
     rt = raw["runtime"]
@@ -427,7 +474,17 @@ def _runtime(rt: dict[str, Any]) -> RuntimeSpec:
         context_length=rt.get("contextLength"),
         sampling_defaults=rt.get("samplingDefaults"),
         prefill_graph_max_tokens=rt.get("prefillGraphMaxTokens"),
+        hierarchical_cache=_hierarchical_cache(rt.get("hierarchicalCache")),
     )
+
+
+def _hierarchical_cache(h: dict[str, Any] | None) -> HierarchicalCacheSpec | None:
+    if h is None:
+        return None
+    size = h.get("size")
+    return HierarchicalCacheSpec(None if size is None else quantity_bytes(size),
+                                 None if h.get("ratio") is None else float(h["ratio"]),
+                                 h.get("writePolicy"))
 
 
 def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -> ServiceSpec:
@@ -483,6 +540,17 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
         allow_unauthenticated=bool(raw["service"].get("allowUnauthenticated", False)),
         network=_network(raw.get("networkPolicy")),
         router=_router(raw.get("router")),
+        lora=_lora(raw.get("lora")),
+    )
+
+
+def _lora(raw: dict[str, Any] | None) -> LoraSpec | None:
+    if raw is None:
+        return None
+    return LoraSpec(
+        tuple(AdapterSpec(a["name"], a["source"]) for a in raw.get("adapters") or ()),
+        raw.get("maxLorasPerBatch"),
+        raw.get("maxLoraRank"),
     )
 
 

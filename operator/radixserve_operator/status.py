@@ -135,7 +135,9 @@ def pod_problems(pods: list[dict[str, Any]]) -> PodProblems:
                 out.not_ready.append(f"{name}: running but not ready" + (f" ({why})" if why else ""))
         for cs in st.get("initContainerStatuses") or ():
             if (cs.get("state") or {}).get("running"):
-                what = " (downloading the model)" if cs.get("name") == "model-download" else ""
+                init = str(cs.get("name"))
+                what = (" (downloading the model)" if init == "model-download" else
+                        " (downloading a LoRA adapter)" if init.startswith("lora-download-") else "")
                 out.not_ready.append(f"{name}: init container {cs.get('name')} running{what}")
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}

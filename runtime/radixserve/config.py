@@ -30,6 +30,10 @@ DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
 # the attention backends `--attn` names (each registered by `attention/<name>_backend.py`)
 ATTN_CHOICES = ("torch", "triton", "flashinfer")
 CACHE_CHOICES = ("radix", "naive")  # the prefix caches `kvcache.PREFIX_CACHES` registers
+# the waiting queue's order (SGLang's names): arrival, longest prefix match, tree-weighted DFS
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
+KV_ADMISSION_CHOICES = ("optimistic", "reserve")
+HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 TOOL_CALL_PARSERS = ("auto", "hermes", "llama3", "none")
 # the drafters `speculative/` registers (none: no speculation)
 SPECULATIVE_ALGORITHMS = ("none", "ngram", "draft")
@@ -59,6 +63,39 @@ def _attn_spec(v: str) -> str | None:
     if bad := [p for p in parts if p not in ATTN_CHOICES]:
         return (f"{v}: unknown attention backend {bad[0]!r}; choose one of: auto, "
                 f"{', '.join(ATTN_CHOICES)}")
+    return None
+
+
+# an adapter's name as clients give it in `model` ("name" or "base:name")
+_ADAPTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def adapter_name_fault(name: str) -> str | None:
+    """Why `name` cannot name a LoRA adapter, or None."""
+    if not _ADAPTER_NAME.fullmatch(name):
+        return (f"adapter name {name!r} must start with a letter or digit and hold only letters, "
+                "digits and . _ / -")
+    return None
+
+
+def lora_path_pairs(specs: tuple[str, ...] | None) -> dict[str, str]:
+    """`--lora-paths` as {name: path}: each NAME=PATH, or a PATH named by its last component."""
+    pairs = {}
+    for spec in specs or ():
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = spec.rstrip("/").rsplit("/", 1)[-1], spec
+        pairs[name] = path
+    return pairs
+
+
+def _lora_paths(v: tuple[str, ...]) -> str | None:
+    names = [n for spec in v for n in lora_path_pairs((spec,))]
+    for name in names:
+        if (why := adapter_name_fault(name)) is not None:
+            return why
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        return f"names adapter {dup[0]!r} twice"
     return None
 
 
@@ -114,9 +151,34 @@ class EngineConfig:
         None, "--context-length", "--max-model-len", parse=int, check=at_least(2),
         help="longest prompt + reply served (shorter than the model's also shrinks the page "
              "table)", default_text="the model's context length")
+    # LoRA adapters (SGLang's flags): docs/lora.md
+    enable_lora: bool = option(
+        False, "--enable-lora", store=True, default_text="off",
+        help="serve PEFT LoRA adapters beside the model: those of --lora-paths and any loaded "
+             "at run time (on whenever --lora-paths is given)")
+    lora_paths: tuple[str, ...] | None = option(
+        None, "--lora-paths", nargs="+", check=_lora_paths, metavar="NAME=PATH",
+        help="adapters served from the start, each NAME=PATH (or PATH, named by its last "
+             "component); a request picks one with model NAME or BASE:NAME")
+    max_loras_per_batch: int = option(
+        8, "--max-loras-per-batch", parse=int, check=positive,
+        help="adapter slots on the device: the most adapters running requests use at once (a "
+             "request of another waits; slots are refilled from host memory, least recently "
+             "used first)")
+    max_lora_rank: int | None = option(
+        None, "--max-lora-rank", parse=int, check=within(1, 256),
+        default_text="the largest rank of --lora-paths, at least 16",
+        help="the largest adapter rank served (the slots' size; a larger adapter is refused)")
 
     def __post_init__(self) -> None:
         check_options(self)
+        if isinstance(self.lora_paths, list):  # (frozen: the command line gives a tuple)
+            object.__setattr__(self, "lora_paths", tuple(self.lora_paths))
+
+    @property
+    def lora(self) -> bool:
+        """Whether LoRA adapters are served (`--enable-lora`, or any `--lora-paths`)."""
+        return self.enable_lora or bool(self.lora_paths)
 
     def context_limit(self, max_position_embeddings: int) -> int:
         """The longest sequence (prompt and reply) served: the model's context length, or the
@@ -151,6 +213,33 @@ class SchedulerConfig:
         default_text="mixed batches on",
         help="prefill batches carry prompt tokens only, instead of also one decode token of "
              "every running request (so they keep emitting while a long prompt is prefilled)")
+    schedule_policy: str = option(
+        "fcfs", "--schedule-policy", choices=SCHEDULE_POLICIES,
+        help="order of the waiting queue within a priority: arrival (fcfs), longest cached "
+             "prefix first (lpm), or grouped by shared prefix, largest group first (dfs-weight)")
+    kv_admission: str = option(
+        "optimistic", "--kv-admission", choices=KV_ADMISSION_CHOICES,
+        help="optimistic: admit on the prompt plus an estimate of the tokens still to come, and "
+             "retract the requests that lose least when decoding runs out of KV; reserve: "
+             "reserve prompt + max_tokens at admission (never retracts)")
+    schedule_conservativeness: float = option(
+        1.0, "--schedule-conservativeness", parse=float, check=positive,
+        help="scales the optimistic estimate of the tokens running requests will still write "
+             "(SGLang's): higher admits fewer requests and retracts less")
+    enable_hierarchical_cache: bool = option(
+        False, "--enable-hierarchical-cache", store=True, default_text="off",
+        help="keep prefix-cache KV evicted from the device in a host-memory tier (pinned on a "
+             "GPU) and load it back on a hit")
+    hicache_ratio: float = option(
+        2.0, "--hicache-ratio", parse=float, check=at_least(1),
+        help="host tier size as a multiple of the device KV pool")
+    hicache_size: float | None = option(
+        None, "--hicache-size", parse=float, check=positive, default_text="from --hicache-ratio",
+        help="host tier size in GiB per rank (instead of --hicache-ratio)")
+    hicache_write_policy: str = option(
+        "write_through", "--hicache-write-policy", choices=HICACHE_WRITE_POLICIES,
+        help="copy new prefix-cache KV to the host tier as soon as it is computed "
+             "(write_through) or only when the device evicts it (write_back)")
 
     speculative_algorithm: str = option(
         "none", "--speculative-algorithm", choices=SPECULATIVE_ALGORITHMS,
@@ -183,6 +272,12 @@ class SchedulerConfig:
         if (self.speculative_algorithm == "draft") != (self.speculative_draft_model_path is not None):
             raise ValueError("speculative_draft_model_path is needed by --speculative-algorithm "
                              "draft, and only by it")
+        if self.cache == "naive":
+            if self.enable_hierarchical_cache:
+                raise ValueError("enable_hierarchical_cache needs the radix cache (--cache radix)")
+            if self.schedule_policy != "fcfs":
+                raise ValueError(f"schedule_policy {self.schedule_policy} orders by the prefix "
+                                 "cache: it needs --cache radix")
 
     @property
     def speculates(self) -> bool:

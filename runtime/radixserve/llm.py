@@ -5,6 +5,7 @@
     for out in llm.stream(prompt, params): ...        # deltas as they are generated
     await llm.agenerate(prompts, params)              # asyncio
     async for out in llm.astream(prompt, params): ... # asyncio, deltas
+    LLM(model, lora_paths=["sql=/adapters/sql"]).generate(prompts, params, lora="sql")
 
 A request goes through the server's own code after the HTTP layer: prompts are tokenized by
 `tokenizer/tokenize.py`, fanned out to `n` choices by `choice_params`, admitted, stepped, stopped
@@ -25,7 +26,7 @@ from tqdm import tqdm
 
 from radixserve.chat_template import read_chat_template
 from radixserve.config import EngineConfig, SchedulerConfig, ServerConfig
-from radixserve.messages import RequestFailed, TokenizeMsg, UserMsg
+from radixserve.messages import LoadLoRA, RequestFailed, TokenizeMsg, UnloadLoRA, UserMsg
 from radixserve.offline.engine_loop import EngineLoop
 from radixserve.offline.outputs import (
     Collector,
@@ -144,13 +145,15 @@ class LLM:
             prompts, SamplingParams(max_tokens=1, embed=True), chat=chat)]
 
     def generate(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None, *,
-                 chat: bool = False, progress: bool = False, n: int = 1) -> list[GenerateResult]:
+                 chat: bool = False, progress: bool = False, n: int = 1,
+                 lora: str | None = None) -> list[GenerateResult]:
         """One result per prompt and choice (prompt-major: prompt i's choice j is at i*n + j).
         Stops as the server does: EOS, stop token ids, stop strings (the text ends before one;
         the tokens end with the one that completed it), max_tokens, a complete grammar. A refused
         or failed request raises ValueError (RuntimeError for an internal error) naming its
-        prompt, and the call's other requests are dropped."""
-        msgs, index, ids = self._requests(prompts, sampling_params, chat, n)
+        prompt, and the call's other requests are dropped. `lora`: the name of a served LoRA
+        adapter to run with (`lora_paths`, `load_lora`); None: the base model."""
+        msgs, index, ids = self._requests(prompts, sampling_params, chat, n, lora)
         if not msgs:
             return []
         bar = tqdm(total=len(msgs), desc="generate", disable=not progress)
@@ -164,11 +167,11 @@ class LLM:
         return col.results()
 
     def stream(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None, *,
-               chat: bool = False, n: int = 1) -> Iterator[StreamOutput]:
+               chat: bool = False, n: int = 1, lora: str | None = None) -> Iterator[StreamOutput]:
         """Each choice's new text and tokens as they are generated (text is released once whole
         characters are decoded and no stop string can begin in it). Leaving the loop early
         aborts what is left."""
-        msgs, index, _ = self._requests(prompts, sampling_params, chat, n)
+        msgs, index, _ = self._requests(prompts, sampling_params, chat, n, lora)
         pending: deque = deque()
         live = set(index)
         self._engine.submit(msgs, pending.append)
@@ -184,10 +187,11 @@ class LLM:
             self._engine.settle()
 
     async def agenerate(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None,
-                        *, chat: bool = False, n: int = 1) -> list[GenerateResult]:
+                        *, chat: bool = False, n: int = 1,
+                        lora: str | None = None) -> list[GenerateResult]:
         """`generate` for asyncio: the engine steps on its own thread, so the event loop stays
         free, and concurrent calls batch together. Cancelling the call aborts its requests."""
-        msgs, index, ids = self._requests(prompts, sampling_params, chat, n)
+        msgs, index, ids = self._requests(prompts, sampling_params, chat, n, lora)
         if not msgs:
             return []
         loop = asyncio.get_running_loop()
@@ -208,9 +212,10 @@ class LLM:
         return col.results()
 
     async def astream(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params = None,
-                      *, chat: bool = False, n: int = 1) -> AsyncIterator[StreamOutput]:
+                      *, chat: bool = False, n: int = 1,
+                      lora: str | None = None) -> AsyncIterator[StreamOutput]:
         """`stream` for asyncio (`async for out in llm.astream(...)`)."""
-        msgs, index, _ = self._requests(prompts, sampling_params, chat, n)
+        msgs, index, _ = self._requests(prompts, sampling_params, chat, n, lora)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         live = set(index)
@@ -223,8 +228,17 @@ class LLM:
             if live:
                 self._engine.abort(live)
 
+    def load_lora(self, name: str, path: str) -> None:
+        """Serve the PEFT LoRA adapter at `path` as `name` (LoRA on: `enable_lora` or
+        `lora_paths`); ValueError, with nothing loaded, if it cannot be."""
+        self._engine.change_lora(LoadLoRA(0, name, path))
+
+    def unload_lora(self, name: str) -> None:
+        """Stop serving adapter `name`; ValueError if it is not served."""
+        self._engine.change_lora(UnloadLoRA(0, name))
+
     def _requests(self, prompts: Prompt | Sequence[Prompt], sampling_params: Params, chat: bool,
-                  n: int) -> tuple[list[UserMsg], dict[int, int], list[list[int]]]:
+                  n: int, lora: str | None = None) -> tuple[list[UserMsg], dict[int, int], list[list[int]]]:
         """The call's requests (prompts × n), uid -> choice index, and each prompt's token ids."""
         plist = _prompt_list(prompts)
         params = sampling_params or _DEFAULT_PARAMS
@@ -242,7 +256,7 @@ class LLM:
             for j, choice in enumerate(choice_params(sp, n)):
                 uid = self._engine.new_uid()
                 index[uid] = i * n + j
-                msgs.append(UserMsg(uid, toks, choice))
+                msgs.append(UserMsg(uid, toks, choice, lora=lora))
         return msgs, index, ids
 
     @staticmethod

@@ -35,6 +35,8 @@ class Option:
     env: EnvSetting | None = None  # the environment variable the default is read from
     default_text: str = ""  # how help and docs show a default that is computed or None
     metavar: str | None = None
+    # argparse's nargs: a list-valued setting (its value a tuple of what `parse` makes)
+    nargs: str | None = None
 
     @property
     def flag(self) -> str:
@@ -44,13 +46,13 @@ class Option:
 def option(default: Any, *flags: str, help: str, choices: Iterable[str] | None = None,
            check: Callable[[Any], str | None] | None = None, parse: Callable[[str], Any] | None = None,
            store: Any = None, hidden: Iterable[str] = (), env: EnvSetting | None = None,
-           default_text: str = "", metavar: str | None = None) -> Any:
+           default_text: str = "", metavar: str | None = None, nargs: str | None = None) -> Any:
     """A dataclass field declared as a setting. `default` may be a zero-argument callable (read
     when a config is made, e.g. from `env`)."""
     # NOTE: a switch's default names the state it leaves ("overlap on"), not the flag's
     assert store is None or default_text, f"{flags[0]}: a switch says its default in words"
     opt = Option(tuple(flags), help, tuple(choices) if choices is not None else None, check,
-                 parse, store, tuple(hidden), env, default_text, metavar)
+                 parse, store, tuple(hidden), env, default_text, metavar, nargs)
     if callable(default):
         return dataclasses.field(default_factory=default, metadata={_META: opt})
     return dataclasses.field(default=default, metadata={_META: opt})
@@ -88,6 +90,11 @@ def default_text(f: dataclasses.Field, opt: Option) -> str:
 
 
 def _type_fault(opt: Option, value: Any) -> str | None:
+    if opt.nargs is not None:  # a list: each item as a single value of the setting would be
+        if not isinstance(value, (list, tuple)):
+            return "must be a list"
+        item = dataclasses.replace(opt, nargs=None)
+        return next((why for v in value if (why := _type_fault(item, v)) is not None), None)
     if opt.store is not None:
         return None if isinstance(value, bool) else "must be true or false"
     if isinstance(value, bool):
@@ -199,13 +206,18 @@ def add_options(parser: argparse.ArgumentParser, cls: type,
                                     default=argparse.SUPPRESS, help=argparse.SUPPRESS)
             continue
         metavar = opt.metavar or ("{" + ",".join(opt.choices) + "}" if opt.choices else None)
-        parser.add_argument(*opt.flags, dest=f.name, type=_parser(opt),
+        parser.add_argument(*opt.flags, dest=f.name, type=_parser(opt), nargs=opt.nargs,
                             default=argparse.SUPPRESS, metavar=metavar, help=_help(f, opt))
 
 
 def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
-    """The settings of `cls` given on the command line (those left out are absent)."""
-    return {f.name: getattr(args, f.name) for f, _ in options_of(cls) if hasattr(args, f.name)}
+    """The settings of `cls` given on the command line (those left out are absent); a
+    list-valued one as a tuple."""
+    return {f.name: tuple(v) if opt.nargs is not None else v
+            for f, opt in options_of(cls) if (v := getattr(args, f.name, _ABSENT)) is not _ABSENT}
+
+
+_ABSENT = object()
 
 
 def markdown_table(classes: Iterable[type], field_header: str) -> str:

@@ -56,6 +56,9 @@ def _refusal_cases() -> list[tuple[str, dict, str]]:
     ]
     env = [{"name": "MY_FLAG", "value": "1"}, {"name": "MY_FLAG", "value": "2"}]
     cases.append(("env-repeated", rsvc("env-repeated", {"env": env}), "Duplicate value"))
+    adapters = [{"name": "sql", "source": "org/a"}, {"name": "sql", "source": "org/b"}]
+    cases.append(("lora-repeated", rsvc("lora-repeated", {"lora": {"adapters": adapters}}),
+                  "Duplicate value"))
     return cases
 
 

@@ -3,7 +3,8 @@
 HEAD and GET of `resolve/<commit>/<file>`), answered as the hub answers them, and recorded — so a
 test can download for real, count what was fetched, check the token sent, and then take the hub
 away to prove that what follows needs no network. Also a program: `python fake_hub.py REPO_ID DIR
-PORT` serves one repo on every address (the real-pod suite runs it in a pod)."""
+[REPO_ID DIR ...] PORT` serves those repos on every address (the real-pod suite runs it in a
+pod)."""
 
 from __future__ import annotations
 
@@ -188,10 +189,12 @@ class FakeHub:
 
 
 def main(argv: list[str]) -> None:
-    repo_id, directory, port = argv
-    hub = FakeHub({repo_id: Path(directory)}, host="0.0.0.0", port=int(port),
-                  log_requests=True).start()
-    print(f"serving {repo_id} from {directory} on port {port}", flush=True)
+    """`REPO_ID DIR [REPO_ID DIR ...] PORT`."""
+    *pairs, port = argv
+    repos = {repo_id: Path(directory) for repo_id, directory in zip(pairs[::2], pairs[1::2])}
+    hub = FakeHub(repos, host="0.0.0.0", port=int(port), log_requests=True).start()
+    for repo_id, directory in repos.items():
+        print(f"serving {repo_id} from {directory} on port {port}", flush=True)
     threading.Event().wait()  # until the process is stopped
     hub.stop()
 

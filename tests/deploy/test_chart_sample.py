@@ -29,6 +29,19 @@ def test_sample_equals_the_manifest_sample(render, variant: str, file: str) -> N
     assert got["metadata"]["namespace"] == "llm"
 
 
+def test_sample_serves_the_lora_adapters_of_the_values(render) -> None:
+    from radixserve_operator.builders import build_workload
+    from radixserve_operator.spec import parse_spec
+
+    adapters = [{"name": "sql", "source": "org/sql-lora"}, {"name": "chat", "source": "pvc://ads/chat"}]
+    got = one(render({"sample": {"enabled": True, "loraAdapters": adapters}}), "InferenceService")
+    expected = yaml.safe_load((SAMPLES / "inferenceservice-cpu.yaml").read_text())["spec"]
+    assert got["spec"] == expected | {"lora": {"adapters": adapters}}
+    pod = build_workload(parse_spec(got), 1, 1)["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--lora-paths") + 1:] == ["sql=org/sql-lora", "chat=/lora/ads/chat"]
+
+
 def test_cpu_sample_requests_no_gpu(render) -> None:
     spec = one(render({"sample": {"enabled": True}}), "InferenceService")["spec"]
     assert spec["gpu"]["enabled"] is False and spec["parallelism"]["tensor"] == 1

@@ -619,6 +619,38 @@ def check_moe(dev: str, dtype: torch.dtype, tokens: int, hidden: int, inter: int
     assert err <= 4 * rtol * want.float().abs().max().item() + 1e-5, err
 
 
+def check_lora(dev: str, dtype: torch.dtype, tokens: int, hidden: int, parts: tuple[int, ...],
+               rank: int, slots: int) -> None:
+    """Shrink then expand against the references over a batch mixing every slot, base-model
+    tokens (slot -1: their rows of y unchanged, bit for bit) and a slot with no token."""
+    from radixserve_kernels import (
+        lora_expand_,
+        lora_expand_ref,
+        lora_groups,
+        lora_shrink,
+        lora_shrink_ref,
+    )
+
+    gen = torch.Generator().manual_seed(tokens + hidden)
+    out, p = parts[-1], len(parts) - 1
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype).to(dev)
+    a = (torch.randn(slots, p * rank, hidden, generator=gen) * hidden**-0.5).to(dtype).to(dev)
+    b = (torch.randn(slots, out, rank, generator=gen) * rank**-0.5).to(dtype).to(dev)
+    token_slots = torch.randint(-1, slots - 1, (tokens,), generator=gen)  # slot S-1 unused
+    groups = lora_groups(token_slots.to(dev), slots)
+    assert groups.counts.tolist() == [int((token_slots == s).sum()) for s in range(slots)]
+    mine = (token_slots >= 0).to(dev)
+    v, want_v = lora_shrink(x, a, groups), lora_shrink_ref(x, a, groups)
+    close(v[mine], want_v[mine], dtype, scale=4)
+    y0 = torch.randn(tokens, out, generator=gen).to(dtype).to(dev)
+    # y as a strided view (a column slice of a wider buffer, as a fused projection's output)
+    y = torch.cat([y0, y0[:, :3]], dim=1)[:, :out]
+    lora_expand_(y, want_v, b, groups, parts)
+    want = lora_expand_ref(y0.clone(), want_v, b, groups, parts)
+    close(y, want, dtype, scale=4)
+    assert torch.equal(y[~mine], y0[~mine])
+
+
 def check_page_indices(dev: str, seq_lens: list[int], page: int) -> None:
     from radixserve_kernels import page_indices, page_indices_ref
 

@@ -135,6 +135,50 @@ def test_moe_qwen3_shapes(dtype: torch.dtype, tokens: int) -> None:
     kc.check_moe("cuda", dtype, tokens=tokens, hidden=2048, inter=768, experts=32, top_k=8)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 64, 1000])
+@pytest.mark.parametrize("rank", [16, 256])
+def test_lora_qwen3_8b_shapes(dtype: torch.dtype, tokens: int, rank: int) -> None:
+    # Qwen3-8B's fused qkv (32 query and 8 KV heads of 128) and its down projection, 8 slots
+    kc.check_lora("cuda", dtype, tokens, 4096, (0, 4096, 5120, 6144), rank, slots=8)
+    kc.check_lora("cuda", dtype, tokens, 12288, (0, 4096), rank, slots=8)
+
+
+def test_lora_in_a_cuda_graph() -> None:
+    """The grouping and both kernels captured once, replayed over other adapters' tokens: what a
+    decode graph does each step (the slots are gathered into a static buffer)."""
+    from radixserve_kernels import lora_expand_, lora_expand_ref, lora_groups, lora_shrink
+
+    gen = torch.Generator().manual_seed(3)
+    t, hidden, out, rank, slots = 64, 1024, 768, 16, 8
+    x = torch.randn(t, hidden, generator=gen).bfloat16().cuda()
+    a = (torch.randn(slots, rank, hidden, generator=gen) * hidden**-0.5).bfloat16().cuda()
+    b = torch.randn(slots, out, rank, generator=gen).bfloat16().cuda()
+    token_slots = torch.full((t,), -1, dtype=torch.int32, device="cuda")
+    y = torch.zeros(t, out, dtype=torch.bfloat16, device="cuda")
+
+    def step() -> None:
+        y.zero_()
+        groups = lora_groups(token_slots, slots)
+        lora_expand_(y, lora_shrink(x, a, groups), b, groups, (0, out))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in range(3):
+        token_slots.copy_(torch.randint(-1, slots, (t,), generator=torch.Generator().manual_seed(seed)))
+        graph.replay()
+        groups = lora_groups(token_slots, slots)
+        want = lora_expand_ref(torch.zeros_like(y), lora_shrink(x, a, groups), b, groups, (0, out))
+        kc.close(y, want, torch.bfloat16, scale=4)
+        assert (y[token_slots < 0] == 0).all()
+
+
 @pytest.mark.parametrize("page", [1, 16, 64, 256])
 def test_page_indices(page: int) -> None:
     kc.check_page_indices("cuda", [1, page, page + 1, 2048, 777], page)

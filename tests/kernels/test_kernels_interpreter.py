@@ -175,6 +175,17 @@ def test_moe(dtype: torch.dtype) -> None:
     kc.check_moe("cpu", dtype, tokens=9, hidden=32, inter=16, experts=6, top_k=2)
 
 
+@pytest.mark.parametrize("dtype", MATMUL)
+@pytest.mark.parametrize("parts", [(0, 48), (0, 32, 40, 48), (0, 24, 48)], ids=["1", "qkv", "2"])
+def test_lora_shrink_expand(dtype: torch.dtype, parts: tuple[int, ...]) -> None:
+    kc.check_lora("cpu", dtype, tokens=21, hidden=40, parts=parts, rank=8, slots=3)
+
+
+def test_lora_shrink_split_k() -> None:
+    # an input wide enough that the shrink sums split partials
+    kc.check_lora("cpu", torch.float32, tokens=5, hidden=8300, parts=(0, 16), rank=16, slots=2)
+
+
 def test_page_indices() -> None:
     kc.check_page_indices("cpu", [1, 16, 17, 40], page=16)
 

@@ -145,3 +145,14 @@ def test_registry() -> None:
         create_prefix_cache("lru", 4, "cpu")
     with pytest.raises(ValueError, match="page_size"):
         create_prefix_cache("radix", 0, "cpu")
+
+
+def test_dfs_order_groups_shared_prefixes_heaviest_first() -> None:
+    cache = RadixPrefixCache(1, "cpu")
+    slots = iter(range(100))
+    for seq in ([1, 2, 3], [1, 2, 4], [5, 6]):
+        cache.insert_prefix(seq, torch.tensor([next(slots) for _ in seq]))
+    queries = [[9], [5, 6, 0], [1, 2, 3, 0], [1, 2, 4, 0], [1, 2, 0], [5, 6, 1]]
+    handles = [cache.match_prefix(q).handle for q in queries]
+    # the [1, 2] subtree holds three requests, [5, 6] two; unmatched ones last
+    assert cache.dfs_order(handles) == [2, 3, 4, 1, 5, 0]

@@ -16,6 +16,14 @@ TAIL = ["--memory-ratio", "0.9", "--shutdown-timeout", "30"]
 # name -> (spec, expected args, expected GPU limit or None, extra checks on the pod spec)
 CASES: dict[str, tuple[dict[str, Any], list[str], int | None]] = {
     "defaults": ({}, ["serve", "--tp", "1", *BASE_ARGS, *TAIL], 1),
+    "lora": (
+        {"model": {"source": "Qwen/Qwen3-0.6B"},
+         "lora": {"maxLoraRank": 32, "adapters": [{"name": "sql", "source": "org/sql-lora"},
+                                                  {"name": "chat", "source": "pvc://adapters/chat"}]}},
+        ["serve", "--model", "Qwen/Qwen3-0.6B", "--tp", "1", *BASE_ARGS, *TAIL, "--enable-lora",
+         "--max-lora-rank", "32", "--lora-paths", "sql=org/sql-lora", "chat=/lora/adapters/chat"],
+        1,
+    ),
     "explicit-tp": (
         {"model": {"source": "Qwen/Qwen3-32B"}, "parallelism": {"tensor": 4}},
         ["serve", "--model", "Qwen/Qwen3-32B", "--tp", "4", *BASE_ARGS, *TAIL],

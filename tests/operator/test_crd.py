@@ -235,7 +235,7 @@ def test_crd_file_carries_the_rules_table_each_at_its_path() -> None:
     in_file = [(path if path == rules.ROOT else path.lstrip("."), v) for path, _, v in _file_rules()]
     in_table = [(r.path, r.validation()) for r in RULES]
     assert sorted(in_file, key=repr) == sorted(in_table, key=repr)
-    assert len(RULES) == 20 and len({r.rule for r in RULES}) == len(RULES)
+    assert len(RULES) == 25 and len({r.rule for r in RULES}) == len(RULES)
 
 
 def test_every_rule_has_a_sample_that_breaks_it() -> None:

@@ -220,3 +220,35 @@ def test_dummy_quantization_is_checked_before_any_run(tiny_ckpts, capsys) -> Non
         main([*ARGS, "--model", model, "--dummy-weights", "--shared-prefix", "16",
               "--dummy-quantization", "none", "fp8"])
     assert "output tok/s" not in capsys.readouterr().out
+
+
+def _figures(out: str, label: str, *names: str) -> list[float]:
+    line = next(ln for ln in out.splitlines() if ln.startswith(label))
+    return [float(re.search(rf"{name}\s+([\d.]+)", line).group(1)) for name in names]
+
+
+@pytest.mark.slow
+def test_compare_admission_runs_both_on_a_quarter_of_the_worst_case(tiny_ckpts, capsys) -> None:
+    argv = ["bench", "offline", "--model", str(tiny_ckpts["llama"]), "--device", "cpu", "--dtype",
+            "float32", "--compare-admission", "--num-prompts", "24", "--input-len", "4", "40",
+            "--output-len", "4", "60", "--max-tokens", "256", "--warmup", "2"]
+    assert main(argv) == 0  # (each run asserts every answer ended at its forced EOS)
+    out = capsys.readouterr().out
+    assert "= 0.250 of the worst case" in out
+    opt_running, = _figures(out, "radixserve admission optimistic", "mean running")
+    res_running, res_retracted = _figures(out, "radixserve admission reserve", "mean running",
+                                          "retractions")
+    assert opt_running > res_running and res_retracted == 0
+    assert "ratio optimistic/reserve" in out
+
+
+@pytest.mark.slow
+def test_multi_turn_host_tier_computes_fewer_prefill_tokens(tiny_ckpts, capsys) -> None:
+    argv = ["bench", "offline", "--model", str(tiny_ckpts["llama"]), "--device", "cpu", "--dtype",
+            "float32", "--multi-turn", "8", "4", "--history-len", "96"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    off, off_hits = _figures(out, "radixserve host tier off", "computed", "host hits")
+    on, on_hits = _figures(out, "radixserve host tier on", "computed", "host hits")
+    assert off_hits == 0 and on_hits > 0 and on < off
+    assert "8 conversations x 4 turns" in out and "(0.250 of it)" in out

@@ -89,6 +89,28 @@ def test_a_flag_left_out_takes_the_declared_default() -> None:
     assert eng.tp == 2
 
 
+def test_a_list_setting_takes_several_values_on_the_command_line_and_in_llm() -> None:
+    """`--lora-paths` (nargs): a tuple from the command line and from `LLM(...)`'s list alike,
+    each item checked, and a lone string refused rather than read as a list of characters."""
+    from radixserve.config import add_engine_args, configs_from_args, lora_path_pairs
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    eng, _ = configs_from_args(p.parse_args(["--lora-paths", "sql=/a/sql", "/b/chat/", "--tp", "1"]))
+    assert eng.lora_paths == ("sql=/a/sql", "/b/chat/") and eng.lora
+    assert lora_path_pairs(eng.lora_paths) == {"sql": "/a/sql", "chat": "/b/chat/"}
+    assert llm_config("m", {"lora_paths": ["sql=/a"]}).engine.lora_paths == ("sql=/a",)
+    with pytest.raises(ValueError, match="lora_paths must be a list, got 'sql=/a'"):
+        llm_config("m", {"lora_paths": "sql=/a"})
+    with pytest.raises(ValueError, match="lora_paths names adapter 'sql' twice"):
+        llm_config("m", {"lora_paths": ["sql=/a", "sql=/b"]})
+    with pytest.raises(ValueError, match="adapter name ':x' must start"):
+        llm_config("m", {"lora_paths": [":x=/a"]})
+    with pytest.raises(ValueError, match="lora_paths must be a string"):
+        llm_config("m", {"lora_paths": ["a=/x", 3]})
+    assert not EngineConfig().lora and EngineConfig(enable_lora=True).lora
+
+
 def test_each_registry_serves_exactly_the_declared_choices() -> None:
     import importlib
 

@@ -43,6 +43,19 @@ def test_busy_port_fails_before_the_model_loads(tiny_model) -> None:
     _assert_one_line_usage_error(r, f"--port {port}", "already in use")
 
 
+def test_a_bad_lora_adapter_fails_before_any_process(tiny_model, tmp_path) -> None:
+    from tests.peft_adapters import write_peft_adapter
+
+    ok = write_peft_adapter(tiny_model, tmp_path / "ok", 0, r=4, target_modules=["q_proj"])
+    big = write_peft_adapter(tiny_model, tmp_path / "big", 1, r=32, target_modules=["v_proj"])
+    r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--port", str(free_port()),
+                    "--lora-paths", f"ok={ok}", f"big={big}", "--max-lora-rank", "16")
+    _assert_one_line_usage_error(r, "--lora-paths adapter big", "rank 32 is above")
+    r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--port", str(free_port()),
+                    "--lora-paths", f"gone={tmp_path / 'gone'}")
+    _assert_one_line_usage_error(r, "--lora-paths adapter gone", "no such adapter directory")
+
+
 def test_tp_that_does_not_divide_the_heads_fails_before_any_process(tiny_model) -> None:
     r = _radixserve("serve", "--model", str(tiny_model), "--device", "cpu", "--tp", "3", "--port", str(free_port()))
     _assert_one_line_usage_error(r, "--tp 3", "4 attention heads")

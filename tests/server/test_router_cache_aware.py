@@ -27,6 +27,9 @@ def fleet(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
         yield srvs
 
 
+TOKEN_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
 def test_the_router_is_used_like_one_server(fleet, tmp_path: Path) -> None:
     router = RouterProcess([s.base for s in fleet], "cache_aware", tmp_path / "router.log")
     try:
@@ -39,7 +42,8 @@ def test_the_router_is_used_like_one_server(fleet, tmp_path: Path) -> None:
         routed = httpx.post(f"{router.base}/v1/completions", json=body, headers=AUTH, timeout=60)
         assert routed.status_code == 200, routed.text
         assert routed.json()["choices"][0]["text"] == direct["choices"][0]["text"]
-        assert routed.json()["usage"] == direct["usage"]
+        # (the same counts; the second call of the prompt may find it in a replica's prefix cache)
+        assert {k: routed.json()["usage"][k] for k in TOKEN_COUNTS} == {k: direct["usage"][k] for k in TOKEN_COUNTS}
         with httpx.stream("POST", f"{router.base}/v1/completions", json=body | {"stream": True},
                           headers=AUTH, timeout=60) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

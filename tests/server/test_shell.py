@@ -100,7 +100,7 @@ class _FakeScheduler:
     def has_work(self) -> bool:
         return self.uid not in self.aborted and self.n < self.steps
 
-    def add_request(self, uid: int, ids: list[int], params, *, auto_max_tokens: bool = False):
+    def add_request(self, uid: int, ids: list[int], params, *, auto_max_tokens: bool = False, lora=None):
         self.uid, self.n = uid, 0
         return params
 

@@ -12,13 +12,16 @@ from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
 
 
-def _decode_batch(sched: Scheduler, bs: int, input_len: int, max_tokens: int, uid0: int) -> None:
+def _decode_batch(sched: Scheduler, bs: int, input_len: int, max_tokens: int, uid0: int,
+                  loras: list[str] | None = None) -> None:
     """`bs` requests of `input_len` random tokens, prefilled, then decoding: the overlap pipeline
-    settled on pure decode steps, and the device idle."""
+    settled on pure decode steps, and the device idle. `loras`: request i runs with adapter
+    i mod their number."""
     g = torch.Generator().manual_seed(bs)
     for i in range(bs):
         ids = torch.randint(1, min(1000, sched.vocab_size), (input_len,), generator=g).tolist()
-        sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        sched.add_request(uid0 + i, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                          lora=loras[i % len(loras)] if loras else None)
     while sched.waiting or any(not r.prefill_done for r in sched.running):
         sched.step()
     for _ in range(4):
@@ -33,9 +36,11 @@ def _end_batch(sched: Scheduler) -> None:
         sched.step()
 
 
-def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int) -> float:
-    """Mean ms per decode step of `bs` requests past a prompt of `input_len` tokens."""
-    _decode_batch(sched, bs, input_len, steps + 8, uid0)
+def decode_step_ms(sched: Scheduler, bs: int, input_len: int, steps: int, uid0: int,
+                   loras: list[str] | None = None) -> float:
+    """Mean ms per decode step of `bs` requests past a prompt of `input_len` tokens (spread over
+    the LoRA adapters `loras`, if given)."""
+    _decode_batch(sched, bs, input_len, steps + 8, uid0, loras)
     start = time.perf_counter()
     for _ in range(steps):
         sched.step()

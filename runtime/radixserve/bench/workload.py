@@ -10,6 +10,7 @@ class BenchRequest(NamedTuple):
     input_ids: list[int]
     output_len: int
     text: str | None = None  # sent as the prompt instead of `input_ids` when set
+    lora: str | None = None  # the LoRA adapter it runs with (`bench/lora.py`)
 
 
 # common English words, each one token of most tokenizers

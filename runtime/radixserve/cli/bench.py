@@ -25,6 +25,10 @@ def _add_shape_args(p: argparse.ArgumentParser) -> None:
                         "Face fp8 checkpoint; kept FP8 for a 16-bit model on CUDA); several run "
                         "in turn, e.g. --dummy-quantization none fp8 (offline: on the same "
                         "requests, each compared with the first)")
+    p.add_argument("--dummy-loras", type=int, default=0, metavar="N",
+                   help="then run again with N random LoRA adapters (PEFT files of the model's "
+                        "shapes, rank --max-lora-rank, default 16, on every linear projection), "
+                        "the requests spread over them, and compare with the base model's run")
     p.add_argument("--allreduce", nargs="+", default=None, metavar="MODE",
                    help="at --tp > 1, one run per all-reduce mode (auto, nccl, one_shot, "
                         "two_shot; sets RADIXSERVE_ALLREDUCE), e.g. --allreduce auto nccl")
@@ -56,6 +60,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="requests share an N-token system prompt (--input-len: their own "
                           "suffixes, default 32 128); timed with the radix then the naive cache, "
                           "with the prefill tokens each computed (no transformers baseline)")
+    off.add_argument("--compare-admission", action="store_true",
+                     help="a chat workload: every request asks --max-tokens but ends at an EOS the "
+                          "bench forces at a length drawn from --output-len; the KV pool holds "
+                          "--kv-share of the requests' worst case; timed with optimistic admission "
+                          "then with worst-case reservation (--kv-admission), with the running "
+                          "batch's mean size and the retractions")
+    off.add_argument("--multi-turn", type=int, nargs=2, default=None, metavar=("CONVERSATIONS", "TURNS"),
+                     help="conversations in a closed loop, each turn the whole history plus a "
+                          "question of --input-len tokens, answers of --output-len; the device KV "
+                          "pool holds --kv-share of the working set; timed without then with the "
+                          "host KV tier, with the prefill tokens computed and TTFT p50/p99")
+    off.add_argument("--history-len", type=int, default=None, metavar="N",
+                     help="--multi-turn: tokens of each conversation's opening history (default: "
+                          "2048 with --model-preset, else 128)")
+    off.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                     help="--compare-admission: the max_tokens every request asks for (default: "
+                          "4096 with --model-preset, else 256)")
+    off.add_argument("--kv-share", type=float, default=0.25, metavar="F",
+                     help="--compare-admission, --multi-turn: the device KV pool as a share of the "
+                          "worst-case reservation, or of the working set (unless --max-kv-tokens)")
     off.add_argument("--constrained", action="store_true",
                      help="constrain every request by a JSON schema (--json-schema, else a built-in one)")
     off.add_argument("--json-schema", default=None, metavar="FILE",
@@ -118,6 +142,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     spec.add_argument("--draft-preset", default=None, metavar="NAME",
                       help="--speculative-draft-model-path as a model shape (with --dummy-weights)")
     spec.set_defaults(func=run_speculative)
+    hc = bsub.add_parser("host-copy", help="the host KV tier's copy rate (GB/s) both ways against "
+                         "a plain pinned copy (CUDA)")
+    hc.add_argument("--layers", type=int, default=36, help="default: Qwen3-8B's shapes")
+    hc.add_argument("--kv-heads", type=int, default=8, help="KV heads on one rank")
+    hc.add_argument("--head-dim", type=int, default=128)
+    hc.add_argument("--kv-dtype", choices=KV_CACHE_DTYPE_CHOICES[1:], default="bfloat16")
+    hc.add_argument("--tokens", type=int, nargs="+", default=[2048, 16384],
+                    help="tokens per copy; several run in turn")
+    hc.add_argument("--tokens-per-page", type=int, default=16)
+    hc.add_argument("--runs", type=int, default=4,
+                    help="runs of consecutive host pages the copy's pages fall in")
+    hc.set_defaults(func=run_host_copy)
 
     ar = bsub.add_parser("allreduce", help="all-reduce time per decode step (CUDA graphs): NCCL "
                          "against the symmetric-memory one-shot/two-shot kernels")
@@ -133,6 +169,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _engine_configs(args: argparse.Namespace):
     import dataclasses
 
+    if args.dummy_loras < 0:
+        raise SystemExit(f"bench: --dummy-loras must be at least 0, got {args.dummy_loras}")
     from radixserve.bench.presets import preset_dir
     from radixserve.cli.preflight import engine_configs
 
@@ -144,6 +182,27 @@ def _engine_configs(args: argparse.Namespace):
     if args.dummy_weights:
         eng = dataclasses.replace(eng, load_format="dummy")
     return eng, sch
+
+
+@contextlib.contextmanager
+def _lora_engine(eng, count: int):
+    """(engine config serving `count` dummy adapters, their names), the adapters written to a
+    temporary directory removed on exit."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from radixserve.bench.lora import DEFAULT_RANK, write_dummy_adapters
+    from radixserve.models.default_model import resolve_model_path
+
+    rank = eng.max_lora_rank or DEFAULT_RANK
+    with tempfile.TemporaryDirectory(prefix="radixserve-loras-") as tmp:
+        paths = write_dummy_adapters(resolve_model_path(eng.model), Path(tmp), count, rank)
+        print(f"LoRA: {count} dummy adapters of rank {rank} on every linear projection, "
+              f"{eng.max_loras_per_batch} slots; the requests spread over them in turn", flush=True)
+        yield (dataclasses.replace(eng, max_lora_rank=rank,
+                                   lora_paths=tuple(f"{n}={p}" for n, p in paths.items())),
+               list(paths))
 
 
 def _allreduce_modes(args: argparse.Namespace, tp: int) -> list[str | None]:
@@ -195,6 +254,7 @@ def run_latency(args: argparse.Namespace) -> int:
     sch = dataclasses.replace(sch, max_running_requests=max(sch.max_running_requests, *args.batch_sizes))
     # the device's copy rate, measured before any engine holds its memory
     bandwidth = copy_bandwidth(resolve_device(eng.device))
+    base_ms: dict[int, float] = {}  # the first configuration's step per batch size
     for (quant, eng), mode in itertools.product(engines, modes):
         with _env(ENV, mode), scheduler_group(eng, sch) as sched:
             tp = f", tp {eng.tp} ({allreduce_desc()})" if eng.tp > 1 else ""
@@ -211,6 +271,7 @@ def run_latency(args: argparse.Namespace) -> int:
             bound = bound_ms(weight_bytes, bandwidth)
             for i, bs in enumerate(args.batch_sizes):
                 ms = decode_step_ms(sched, bs, args.input_len, args.steps, uid0=i * 100_000)
+                base_ms.setdefault(bs, ms)
                 line = f"batch {bs:>4}: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s"
                 if bs == 1:
                     line += (f"  {bound / ms:4.0%} of the weight-read bound ({weight_bytes / 1e9:.4g}"
@@ -230,6 +291,14 @@ def run_latency(args: argparse.Namespace) -> int:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    if args.dummy_loras:
+        with _lora_engine(engines[0][1], args.dummy_loras) as (eng, names), \
+                scheduler_group(eng, sch) as sched:
+            for i, bs in enumerate(args.batch_sizes):
+                ms = decode_step_ms(sched, bs, args.input_len, args.steps,
+                                    uid0=(2 * len(args.batch_sizes) + i) * 100_000, loras=names)
+                print(f"batch {bs:>4} LoRA: {ms:8.3f} ms/step  {bs * 1000 / ms:10.1f} tok/s  "
+                      f"{ms / base_ms[bs]:.3f}x the base model's step", flush=True)
     return 0
 
 
@@ -245,6 +314,27 @@ def _quantized_variants(eng, quants: list[str], dummy: bool) -> list[tuple[str, 
         raise SystemExit("bench: --dummy-quantization fp8 needs --model or --model-preset")
     return [(q, dataclasses.replace(eng, model=str(fp8_block_dir(eng.model))) if q == "fp8" else eng)
             for q in quants]
+
+
+def run_host_copy(args: argparse.Namespace) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench host-copy: needs CUDA (on CPU the host tier is the same memory)")
+    from radixserve.bench.host_copy import copy_rates
+    from radixserve.kvcache.kv_dtype import KV_CACHE_DTYPES
+
+    dtype = KV_CACHE_DTYPES[args.kv_dtype]
+    print(f"host KV tier copies on {torch.cuda.get_device_name()}: {args.layers} layers x "
+          f"{args.kv_heads} KV heads x {args.head_dim}, {args.kv_dtype}, pages of "
+          f"{args.tokens_per_page}, host pages in {args.runs} runs", flush=True)
+    for tokens in args.tokens:
+        r = copy_rates(args.layers, args.kv_heads, args.head_dim, dtype, tokens,
+                       args.tokens_per_page, args.runs)
+        print(f"{tokens:>7} tokens ({r['bytes'] / 2**20:8.1f} MiB): to host {r['tier to host']:6.1f} "
+              f"GB/s (plain {r['plain to host']:6.1f}), to device {r['tier to device']:6.1f} GB/s "
+              f"(plain {r['plain to device']:6.1f})", flush=True)
+    return 0
 
 
 def run_allreduce(args: argparse.Namespace) -> int:
@@ -353,6 +443,57 @@ def run_speculative(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kv_pool(eng, tokens: float):
+    """`eng` with a KV pool of `tokens` (whole pages), unless --max-kv-tokens chose one."""
+    import dataclasses
+
+    if eng.max_kv_tokens is not None:
+        return eng
+    return dataclasses.replace(eng, max_kv_tokens=max(eng.page_size, int(tokens)))
+
+
+def _compare_admission(args, eng, sch, n, in_rng, out_rng, vocab, big, path, hf_config) -> int:
+    from radixserve.bench.admission import run_admission_compare, worst_case_tokens
+    from radixserve.bench.workload import random_workload
+    from radixserve.models.generation import eos_token_ids
+
+    max_tokens = args.max_tokens or (4096 if big else 256)
+    if out_rng[1] > max_tokens or out_rng[0] < 1:
+        raise SystemExit(f"bench: --output-len (the forced answer lengths) must be in [1, "
+                         f"--max-tokens {max_tokens}]")
+    eos = sorted(eos_token_ids(path, hf_config))
+    if not eos:
+        raise SystemExit("bench: --compare-admission forces the model's EOS; this model has none")
+    reqs = random_workload(n, in_rng, out_rng, vocab, seed=0)
+    worst = worst_case_tokens(reqs, max_tokens)
+    eng = _kv_pool(eng, args.kv_share * worst)
+    print(f"workload: {n} chat requests, input {in_rng}, max_tokens {max_tokens}, EOS forced at "
+          f"{out_rng}, seed 0; KV pool {eng.max_kv_tokens} tokens = {eng.max_kv_tokens / worst:.3f} "
+          f"of the worst case ({worst}); model {args.model_preset or path}", flush=True)
+    run_admission_compare(eng, sch, reqs, max_tokens, eos[0], args.warmup)
+    return 0
+
+
+def _multi_turn(args, eng, sch, vocab, big, path) -> int:
+    from radixserve.bench.multi_turn import conversations, run_multi_turn, working_set
+
+    num, turns = args.multi_turn
+    if num < 1 or turns < 1:
+        raise SystemExit("bench: --multi-turn needs at least one conversation and one turn")
+    history = args.history_len if args.history_len is not None else (2048 if big else 128)
+    q_rng = tuple(args.input_len or ((64, 256) if big else (8, 32)))
+    a_rng = tuple(args.output_len or ((64, 256) if big else (4, 16)))
+    convs = conversations(num, turns, history, q_rng, a_rng, vocab, seed=0)
+    ws = working_set(convs)
+    eng = _kv_pool(eng, args.kv_share * ws)
+    print(f"workload: {num} conversations x {turns} turns, {history}-token openings, questions "
+          f"{q_rng}, answers {a_rng}, seed 0, ignore_eos; working set {ws} tokens, device KV pool "
+          f"{eng.max_kv_tokens} tokens ({eng.max_kv_tokens / ws:.3f} of it); model "
+          f"{args.model_preset or path}", flush=True)
+    run_multi_turn(eng, sch, convs)
+    return 0
+
+
 def run_offline(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -394,6 +535,18 @@ def run_offline(args: argparse.Namespace) -> int:
         suffix = tuple(args.input_len or (32, 128))
         run_shared_prefix(eng, sch, args.shared_prefix, n, suffix, out_rng, vocab, args.warmup)
         return 0
+    if args.compare_admission or args.multi_turn:
+        if (args.ablate or args.compare_kv_dtype or args.compare_constrained or args.compare_mixed_chunk
+                or args.allreduce or args.repeat > 1 or args.phases or len(variants) > 1
+                or (args.compare_admission and args.multi_turn)):
+            raise SystemExit("bench: --compare-admission and --multi-turn each compare two "
+                             "configurations; run them alone (without --ablate, --compare-*, "
+                             "--allreduce, --repeat, --phases, several --dummy-quantization)")
+        if not 0 < args.kv_share <= 1:
+            raise SystemExit(f"bench: --kv-share must be in (0, 1], got {args.kv_share}")
+        if args.compare_admission:
+            return _compare_admission(args, eng, sch, n, in_rng, out_rng, vocab, big, path, hf_config)
+        return _multi_turn(args, eng, sch, vocab, big, path)
     reqs = random_workload(n, in_rng, out_rng, vocab, seed=0)
     print(f"workload: {n} requests, input {in_rng}, output {out_rng}, seed 0, ignore_eos; "
           f"model {args.model_preset or path}")
@@ -404,14 +557,15 @@ def run_offline(args: argparse.Namespace) -> int:
               if args.constrained or args.json_schema or args.compare_constrained else None)
     main_schema = None if args.compare_constrained else schema
 
-    def run(label: str, e=eng, s=sch, env: dict | None = None, json_schema: str | None = None) -> float:
+    def run(label: str, e=eng, s=sch, env: dict | None = None, json_schema: str | None = None,
+            work: list | None = None) -> float:
         old = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
         def report(tps: float, desc: str) -> None:
             print(f"{label:<28} {tps:>10.1f} output tok/s   [{desc}]", flush=True)
 
         try:
-            runs = [bench_config(e, s, reqs, args.warmup, report, json_schema,
+            runs = [bench_config(e, s, work or reqs, args.warmup, report, json_schema,
                                  phases=args.phases)[0] for _ in range(args.repeat)]
         finally:
             for k, v in old.items():
@@ -429,6 +583,13 @@ def run_offline(args: argparse.Namespace) -> int:
         label = "radixserve" if mode is None else f"radixserve allreduce={mode}"
         tps = run(label, env=None if mode is None else {ENV: mode}, json_schema=main_schema)
         ours = ours or tps  # the first mode is the one the ablations and baseline compare with
+    if args.dummy_loras:
+        from radixserve.bench.lora import spread
+
+        with _lora_engine(eng, args.dummy_loras) as (e, names):
+            tps = run(f"radixserve {len(names)} LoRAs", e=e, json_schema=main_schema,
+                      work=spread(reqs, names))
+        print(f"{'ratio LoRA/base':<28} {tps / ours:>10.3f}x", flush=True)
     for quant, e in variants[1:]:
         tps = run(f"radixserve weights {quant}", e=e, json_schema=main_schema)
         print(f"{'ratio weights':<28} {tps / ours:>10.3f}x ({quant} / {variants[0][0]})", flush=True)

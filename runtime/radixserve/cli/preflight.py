@@ -22,6 +22,7 @@ from radixserve.config import (
     ServerConfig,
     attn_names,
     configs_from_args,
+    lora_path_pairs,
 )
 from radixserve.options import flag_of, values_from_args
 from radixserve.sampling_params import SamplingParams
@@ -239,7 +240,23 @@ def check_setup(eng: EngineConfig) -> Path:
     check_model_shape(eng, shape)  # before torch is imported: these mistakes answer at once
     check_device(eng)
     check_architecture(shape)
-    return path or resolve_model(None)
+    path = path or resolve_model(None)
+    check_lora(eng, path)
+    return path
+
+
+def check_lora(eng: EngineConfig, model_dir: Path) -> None:
+    """Each `--lora-paths` adapter can be served beside the model: its config, its tensors'
+    names and shapes, its rank (nothing loaded: the model is built on the meta device)."""
+    if not eng.lora_paths:
+        return
+    from radixserve.lora.adapter import check_adapters
+    from radixserve.lora.source import AdapterError
+
+    try:
+        check_adapters(model_dir, lora_path_pairs(eng.lora_paths), eng.max_lora_rank)
+    except AdapterError as e:
+        raise UsageError(f"--lora-paths {e.message}") from None
 
 
 def bind_port(host: str, port: int) -> socket.socket:

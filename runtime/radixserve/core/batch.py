@@ -2,9 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from radixserve_kernels import LoRAGroups
+
+
+class KVReady(Protocol):
+    """What a forward waits for before a layer's attention reads KV still being copied in (the
+    host KV tier's loads, `scheduler/host_tier.py`)."""
+
+    def wait(self, layer_id: int) -> None: ...
 
 
 @dataclass
@@ -27,6 +37,11 @@ class Batch:
     seq_lens_cpu: list[int]
     extend_lens_cpu: list[int]
     attn_metadata: object | None = None  # built by the attention backend's prepare()
+    # whether a request of the batch runs with a LoRA adapter (set by the scheduler), and its
+    # tokens grouped by adapter slot (set by the engine, `lora/pool.py`)
+    uses_lora: bool = False
+    lora: LoRAGroups | None = None
+    kv_ready: KVReady | None = None  # pages this batch reads that are still being loaded
 
     @property
     def bs(self) -> int:

@@ -10,6 +10,7 @@ from radixserve.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from radixserve.constrained.matcher import GrammarState
+    from radixserve.lora.adapter import LoRAAdapter
 
 
 @dataclass(eq=False)
@@ -35,6 +36,15 @@ class Req:
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_steps: int = 0
+    lora: LoRAAdapter | None = None  # the LoRA adapter it runs with (None: the base model)
+    namespace: int = 0  # its prefix-cache namespace (the adapter's load, `lora/manager.py`)
+    lora_slot: int = -1  # the device slot holding its adapter while admitted
+    arrival: int = 0  # the scheduler's arrival count: ties in the queue and in retraction
+    # retraction: tokens of `all_ids` to prefill again when re-admitted (0: the prompt), and the
+    # KV it had computed when retracted (what re-admission may have to compute again)
+    resume_len: int = 0
+    retracted_kv: int = 0
+    overtaken: int = 0  # later arrivals of its priority admitted before it (scheduling policies)
 
     @property
     def prompt_len(self) -> int:
@@ -45,16 +55,31 @@ class Req:
         return self.input_ids + self.output_ids
 
     @property
+    def prefill_len(self) -> int:
+        """Tokens computed before the request samples: its prompt, or after a retraction the
+        prompt and the tokens it had generated."""
+        return self.resume_len or self.prompt_len
+
+    @property
+    def fill_ids(self) -> list[int]:
+        """The `prefill_len` tokens prefilled."""
+        return self.all_ids[: self.prefill_len] if self.resume_len else self.input_ids
+
+    @property
     def prefill_done(self) -> bool:
-        return self.kv_len >= self.prompt_len
+        return self.kv_len >= self.prefill_len
 
     @property
     def remaining_prefill(self) -> int:
-        return self.prompt_len - self.kv_len
+        return self.prefill_len - self.kv_len
 
     @property
     def reserve_len(self) -> int:
         """Slots the request can ever need: prompt + every token it may generate (an embedding
-        generates none). Reserved at admission so decoding can never run out of KV (no
-        preemption, no deadlock)."""
+        generates none)."""
         return self.prompt_len + (0 if self.params.embed else self.params.max_tokens)
+
+    @property
+    def tokens_left(self) -> int:
+        """Tokens it may still generate."""
+        return 0 if self.params.embed else self.params.max_tokens - len(self.output_ids)

@@ -119,11 +119,15 @@ class GraphCaptureBuffer:
 
 class CudaGraphRunner:
     def __init__(self, forward: DecodeForward, attn_backend: BaseAttnBackend,
-                 buffer: GraphCaptureBuffer) -> None:
+                 buffer: GraphCaptureBuffer, lora_forward: DecodeForward | None = None) -> None:
+        """`lora_forward` (LoRA on): the forward of a batch with adapters' requests, captured
+        beside `forward` at every size, so a batch of base-model requests runs no LoRA kernel."""
         self.forward, self.attn_backend, self.buffer = forward, attn_backend, buffer
+        self.lora_forward = lora_forward
         self.max_bs = buffer.max_bs
         self.sizes = graph_batch_sizes(self.max_bs)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.lora_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._staged: tuple[Batch, Batch] | None = None  # (the batch `stage` gave, padded)
         attn_backend.init_cuda_graph(self.max_bs)
         self._capture_all()
@@ -132,29 +136,33 @@ class CudaGraphRunner:
     def _capture_all(self) -> None:
         pool = None
         stream = torch.cuda.Stream()
+        variants = [(self.graphs, self.forward)]
+        if self.lora_forward is not None:
+            variants.append((self.lora_graphs, self.lora_forward))
         for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its pool
-            batch = self.buffer.load_lists([], [], bs)  # all padding requests
-            self.attn_backend.prepare_for_capture(batch)
-            # NOTE: the buffers were filled on the current stream; without this the warm-up may
-            # read recycled memory (seen as an out-of-bounds gather in a second engine)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):  # warm-up: kernel JIT/autotune outside the capture
-                self._forward(batch)
-            stream.synchronize()
-            graph = new_graph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
-                out = self._forward(batch)
-            finish_capture(graph)
-            pool = graph.pool()
-            self.graphs[bs] = (graph, out)
+            for graphs, forward in variants:
+                batch = self.buffer.load_lists([], [], bs)  # all padding requests
+                self.attn_backend.prepare_for_capture(batch)
+                # NOTE: the buffers were filled on the current stream; without this the warm-up
+                # may read recycled memory (seen as an out-of-bounds gather in a second engine)
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):  # warm-up: JIT/autotune outside the capture
+                    self._forward(batch, forward)
+                stream.synchronize()
+                graph = new_graph()
+                with torch.cuda.graph(graph, pool=pool, stream=stream):
+                    out = self._forward(batch, forward)
+                finish_capture(graph)
+                pool = graph.pool()
+                graphs[bs] = (graph, out)
         torch.cuda.current_stream().wait_stream(stream)
         self.attn_backend.warm_up_eager_decode(self.sizes)
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
 
-    def _forward(self, batch: Batch) -> torch.Tensor:
+    def _forward(self, batch: Batch, forward: DecodeForward | None = None) -> torch.Tensor:
         self.buffer.gather(batch)
-        return self.forward(batch)
+        return (forward or self.forward)(batch)
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.bs <= self.max_bs
@@ -185,13 +193,15 @@ class CudaGraphRunner:
             static = self.buffer.load(batch, self._padded(batch.bs))
         padded = static.bs
         self.attn_backend.prepare_for_replay(static)
-        graph, out = self.graphs[padded]
+        graphs = self.lora_graphs if batch.uses_lora and self.lora_forward else self.graphs
+        graph, out = graphs[padded]
         graph.replay()
         return out[: batch.bs]
 
     def destroy(self) -> None:
         """Free the graphs now. NOTE: a graph that captured an NCCL collective holds its
         communicator until destroyed (`Engine.release_cuda_graphs`: leaving a TP group)."""
-        for graph, _ in self.graphs.values():
+        for graph, _ in [*self.graphs.values(), *self.lora_graphs.values()]:
             graph.reset()
         self.graphs.clear()
+        self.lora_graphs.clear()

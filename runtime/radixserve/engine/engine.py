@@ -11,7 +11,7 @@ import torch
 
 from radixserve import settings
 from radixserve.attention import AttnConfig, BaseAttnBackend, create_attn_backend
-from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig, SchedulerConfig
+from radixserve.config import GPU_PREFILL_LENGTH, EngineConfig, SchedulerConfig, lora_path_pairs
 from radixserve.core.batch import Batch
 from radixserve.core.context import forward_batch
 from radixserve.core.table import TableManager
@@ -19,10 +19,18 @@ from radixserve.distributed import get_comm, get_tp_info
 from radixserve.engine.cuda_graph import CudaGraphRunner, GraphCaptureBuffer
 from radixserve.engine.device import resolve_device
 from radixserve.engine.prefill_graph import PrefillGraphRunner
+from radixserve.kvcache.host_pool import (
+    HostKVPool,
+    HostTierSize,
+    check_host_memory,
+    host_tier_tokens,
+)
 from radixserve.kvcache.kv_dtype import check_kv_dtype_on_device, kv_dtype_name, resolve_kv_dtype
 from radixserve.kvcache.kv_scales import KVScales, checkpoint_kv_scales
 from radixserve.kvcache.pool import MHAKVPool
 from radixserve.kvcache.sizing import kv_bytes_per_token, kv_token_capacity
+from radixserve.lora.adapter import config_rank
+from radixserve.lora.pool import LoRAPool
 from radixserve.models.decoder import DecoderModel
 from radixserve.models.hf_config import text_config
 from radixserve.models.loader import load_model, resolve_dtype
@@ -63,10 +71,13 @@ def _round_up(x: int, m: int) -> int:
 
 
 def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
-                  batch: Batch) -> torch.Tensor:
+                  lora: LoRAPool | None, batch: Batch) -> torch.Tensor:
     """Logits [bs, vocab] of a decode batch (one token per request): what a CUDA graph captures.
     A module function, given to the graph runner with its arguments bound, so that the runner
-    holds the model and the backend, never the engine."""
+    holds the model and the backend, never the engine. With LoRA on, the graph groups the
+    batch's tokens by adapter slot itself, from its requests' rows."""
+    if lora is not None:
+        batch.lora = lora.groups(batch)
     with forward_batch(batch, attn_backend):
         return model.compute_logits(model(batch.input_ids, batch.positions))
 
@@ -74,13 +85,15 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
                  max_prefill_length: int | None = None, source: ModelSource | None = None,
+                 host_tier: HostTierSize | None = None,
                  companion: Companion = NO_COMPANION) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
-        (else resolved here). `companion`: another engine this process starts after this one
-        (a draft model), whose weights and KV pool of as many tokens this one's sizing leaves
-        room for."""
+        (else resolved here). `host_tier`: also allocate a host KV tier of that size
+        (`host_pool`; on CPU the device pool leaves it room in the same budget). `companion`:
+        another engine this process starts after this one (a draft model), whose weights and KV
+        pool of as many tokens this one's sizing leaves room for."""
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if max_prefill_length is None:
@@ -101,6 +114,8 @@ class Engine:
             hf_config=shape)
         logger.info("load: %s weights on %s (%s) in %.1fs", self.model_path.name, self.device, self.dtype,
                     time.perf_counter() - t0)
+        # adapter slots before the KV cache, which takes what memory is left
+        self.lora_pool = self._make_lora_pool(max_running_requests + 1)
         t1 = time.perf_counter()
         self.page_size = cfg.page_size
 
@@ -114,9 +129,12 @@ class Engine:
         self.kv_bytes_per_token = per_token = kv_bytes_per_token(
             hc.num_hidden_layers, kv_heads, head_dim, self.kv_dtype)
         want = max_running_requests * _round_up(self.max_seq_len, cfg.page_size)
+        # on CPU the host tier shares the budget: a token there costs its host copies too
+        shared = (1 + host_tier.ratio if host_tier is not None and host_tier.size_gib is None
+                  and self.device.type != "cuda" else 1)
         tokens = cfg.max_kv_tokens or kv_token_capacity(
-            self.device, per_token + companion.bytes_per_token, cfg.memory_ratio, want,
-            companion.weight_bytes)
+            self.device, int(per_token * shared) + companion.bytes_per_token, cfg.memory_ratio,
+            want, companion.weight_bytes)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest
         self.num_pages = max(1, tokens // cfg.page_size)
         self.kv_pool = MHAKVPool(
@@ -134,6 +152,14 @@ class Engine:
                     time.perf_counter() - t1)
         if self.kv_pool.is_fp8:
             logger.info("KV cache fp8_e4m3 scales (per layer and tensor): %s", scales.describe())
+        self.host_pool: HostKVPool | None = None
+        if host_tier is not None:
+            host = get_comm().min_int(host_tier_tokens(
+                host_tier, self.num_pages * cfg.page_size, per_token))
+            check_host_memory(host * per_token * tp.size, self.device)  # every rank's, here
+            self.host_pool = HostKVPool(hc.num_hidden_layers, max(1, host // cfg.page_size),
+                                        cfg.page_size, kv_heads, head_dim, self.kv_dtype,
+                                        pinned=self.device.type == "cuda")
         # one spare row, so a CUDA-graph padding request never aliases a live one
         self.table = TableManager(
             max_running_requests + 1, _round_up(self.max_seq_len, cfg.page_size), self.device
@@ -169,6 +195,18 @@ class Engine:
             cfg.page_size, type(self.attn_backend).__name__,
         )
 
+    def _make_lora_pool(self, num_rows: int) -> LoRAPool | None:
+        cfg = self.cfg
+        if not cfg.lora:
+            return None
+        rank = cfg.max_lora_rank or max([16, *(config_rank(p) for p in
+                                              lora_path_pairs(cfg.lora_paths).values())])
+        pool = LoRAPool(self.model, cfg.max_loras_per_batch, rank, self.dtype, num_rows,
+                        self.device)
+        logger.info("LoRA: %d adapter slots of rank %d over %d projections (%.2f GiB)",
+                    pool.num_slots, rank, len(pool.layers), pool.nbytes / 2**30)
+        return pool
+
     def _sliding_windows(self) -> tuple[int | None, ...]:
         """The model's sliding windows; a window as long as the context is full attention."""
         windows = tuple(None if w is None or w >= self.max_seq_len else w
@@ -194,8 +232,10 @@ class Engine:
             return None
         buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.table.token_pool,
                                            self.table.page_table, self.padding_row)
-        forward = functools.partial(decode_logits, self.model, self.attn_backend)
-        return CudaGraphRunner(forward, self.attn_backend, buffer)
+        forward = functools.partial(decode_logits, self.model, self.attn_backend, None)
+        lora = (None if self.lora_pool is None else
+                functools.partial(decode_logits, self.model, self.attn_backend, self.lora_pool))
+        return CudaGraphRunner(forward, self.attn_backend, buffer, lora)
 
     def _make_prefill_graphs(self, max_prefill_length: int) -> PrefillGraphRunner | None:
         n = prefill_graph_tokens(self.cfg.prefill_graph_max_tokens, max_prefill_length)
@@ -210,7 +250,8 @@ class Engine:
         if get_tp_info().size > 1:  # NOTE: not yet run on GPUs with TP: prefill stays eager
             logger.info("prefill CUDA graphs: off at tp %d (eager prefill)", get_tp_info().size)
             return None
-        return PrefillGraphRunner(self.model.model, self.attn_backend, n, self.kv_pool.dummy_slot)
+        return PrefillGraphRunner(self.model.model, self.attn_backend, n, self.kv_pool.dummy_slot,
+                                  lora=self.lora_pool)
 
     def release_cuda_graphs(self) -> None:
         """Destroy the captured graphs; the engine runs eager afterwards (it is being torn down).
@@ -231,6 +272,8 @@ class Engine:
         """Hidden states of every token of the batch [T, H] (writes their KV)."""
         if self.prefill_graphs is not None and self.prefill_graphs.can_run(batch):
             return self.prefill_graphs.run(batch)
+        if batch.uses_lora and self.lora_pool is not None:
+            batch.lora = self.lora_pool.groups(batch)
         self.attn_backend.prepare(batch)
         with forward_batch(batch, self.attn_backend):
             return self.model(batch.input_ids, batch.positions)

@@ -18,6 +18,9 @@ count, its padding tokens writing their KV to the pool's scratch slot. Rows neve
 pieces (GEMMs, per-row norms, per-token rotary), so padding rows cannot change real ones.
 Graphs of every count share one memory pool, captured largest first.
 
+With LoRA on, the pieces also read the batch's tokens grouped by adapter slot from static
+buffers, filled before the first piece (every slot empty for a batch of base-model requests).
+
 Without CUDA (`use_graphs=False`, the CPU tests) the same pieces run eagerly over the same padded
 buffers: the code path a graph captures, checked against the plain forward."""
 from __future__ import annotations
@@ -32,9 +35,11 @@ from radixserve.core.batch import Batch
 from radixserve.core.context import forward_batch
 from radixserve.engine.graph_edges import finish_capture, new_graph
 from radixserve.models.decoder import AttnInputs, DecoderModel, PieceBuffers
+from radixserve_kernels import LoRAGroups
 
 if TYPE_CHECKING:
     from radixserve.attention.base import BaseAttnBackend
+    from radixserve.lora.pool import LoRAPool
 
 Piece = Callable[[], Any]  # runs (or replays) one piece; returns its AttnInputs or hidden states
 
@@ -56,8 +61,9 @@ def _rows(a: AttnInputs, t: int) -> AttnInputs:
 
 class PrefillGraphRunner:
     def __init__(self, model: DecoderModel, attn_backend: BaseAttnBackend, max_tokens: int,
-                 dummy_slot: int, *, use_graphs: bool = True) -> None:
+                 dummy_slot: int, *, use_graphs: bool = True, lora: LoRAPool | None = None) -> None:
         self.model, self.attn_backend, self.max_tokens = model, attn_backend, max_tokens
+        self.lora = lora
         self.dummy_slot = dummy_slot
         self.sizes = prefill_token_counts(max_tokens)
         attn0 = model.layers[0].self_attn
@@ -66,6 +72,10 @@ class PrefillGraphRunner:
         self.input_ids = torch.zeros(max_tokens, dtype=torch.int64, device=dev)
         self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=dev)
         self.out_loc = torch.full((max_tokens,), dummy_slot, dtype=torch.int64, device=dev)
+        self.lora_groups = None if lora is None else LoRAGroups(
+            torch.full((max_tokens,), -1, dtype=torch.int32, device=dev),
+            torch.zeros(max_tokens, dtype=torch.int32, device=dev),
+            *torch.zeros(2, lora.num_slots, dtype=torch.int32, device=dev))
         self.bufs = PieceBuffers(
             qkv=torch.zeros(max_tokens, attn0.qkv_proj.weight.shape[0], dtype=dtype, device=dev),
             residual=torch.zeros(max_tokens, hidden, dtype=dtype, device=dev),
@@ -89,8 +99,10 @@ class PrefillGraphRunner:
         """What a piece reads from the forward context: the static slots of n tokens (the
         request fields are placeholders: no piece reads them)."""
         one = torch.ones(1, dtype=torch.int32, device=self.input_ids.device)
+        g = self.lora_groups
+        lora = None if g is None else LoRAGroups(g.slots[:n], g.order[:n], g.starts, g.counts)
         return Batch("prefill", self.input_ids[:n], self.positions[:n], self.out_loc[:n],
-                     one.long(), one * n, one * n, [n], [n])
+                     one.long(), one * n, one * n, [n], [n], lora=lora)
 
     def _piece_fn(self, n: int, i: int) -> Callable[[], Any]:
         """Piece i over the first n rows of the static buffers: its inputs are always there."""
@@ -146,6 +158,8 @@ class PrefillGraphRunner:
         self.out_loc[:t].copy_(batch.out_loc)
         if n > t:  # padding tokens keep earlier ids and positions (any are valid), and write
             self.out_loc[t:n].fill_(self.dummy_slot)  # their KV to the scratch slot
+        if self.lora_groups is not None:
+            self._group_lora(batch, n)
         self.attn_backend.prepare(batch)
         pieces = self.pieces[n]
         a = pieces[0]()
@@ -154,6 +168,20 @@ class PrefillGraphRunner:
                 self.model.attend(i, _rows(a, t), self.attn_out[:t])
             a = pieces[i + 1]()
         return a[:t]
+
+    def _group_lora(self, batch: Batch, n: int) -> None:
+        """The batch's tokens grouped by adapter slot, into the buffers the pieces read (padding
+        tokens and a batch without adapters in no group)."""
+        static, t = self.lora_groups, batch.num_tokens
+        static.slots[:n].fill_(-1)
+        if not batch.uses_lora:
+            static.counts.zero_()
+            return
+        g = self.lora.groups(batch)
+        static.slots[:t].copy_(g.slots)
+        static.order[:t].copy_(g.order)
+        static.starts.copy_(g.starts)
+        static.counts.copy_(g.counts)
 
     def destroy(self) -> None:
         for graph in self._graphs:

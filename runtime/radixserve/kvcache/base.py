@@ -11,8 +11,9 @@ from radixserve.utils.registry import Registry
 
 class MatchResult(NamedTuple):
     handle: Any  # opaque: pass back to lock/unlock
-    cached_len: int  # a multiple of page_size
+    cached_len: int  # a multiple of page_size: the tokens whose KV is on the device
     indices: torch.Tensor  # [cached_len] int64 KV slots of the matched tokens
+    host_len: int = 0  # more matched tokens after those, held only by the host tier (hiradix)
 
 
 class SizeInfo(NamedTuple):
@@ -37,8 +38,9 @@ class BasePrefixCache(ABC):
         return torch.empty(0, dtype=torch.int64, device=self.device)
 
     @abstractmethod
-    def match_prefix(self, input_ids: list[int]) -> MatchResult:
-        """The longest cached prefix of `input_ids`, cut down to whole pages.
+    def match_prefix(self, input_ids: list[int], namespace: int = 0) -> MatchResult:
+        """The longest cached prefix of `input_ids` in `namespace` (0: the base model's; each
+        LoRA adapter has its own: KV is never shared across namespaces), cut down to whole pages.
 
         Refreshes the LRU time of everything matched. The handle stays valid only while locked:
         call `lock` before anything can evict."""
@@ -53,8 +55,8 @@ class BasePrefixCache(ABC):
         """Drop a reference taken by `lock(handle)`."""
 
     @abstractmethod
-    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor) -> int:
-        """Cache a page-aligned sequence whose KV lives at `indices` (same length).
+    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor, namespace: int = 0) -> int:
+        """Cache a page-aligned sequence whose KV lives at `indices` (same length) in `namespace`.
 
         Returns how many leading tokens were already cached (page-aligned); their slots stay the
         cache's own, so the caller frees its duplicates for those positions. The rest of

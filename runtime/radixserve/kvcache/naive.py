@@ -10,7 +10,7 @@ from radixserve.kvcache.base import PREFIX_CACHES, BasePrefixCache, MatchResult,
 
 @PREFIX_CACHES.register("naive")
 class NaivePrefixCache(BasePrefixCache):
-    def match_prefix(self, input_ids: list[int]) -> MatchResult:
+    def match_prefix(self, input_ids: list[int], namespace: int = 0) -> MatchResult:
         return MatchResult(None, 0, self.empty_indices())
 
     def lock(self, handle: Any) -> None:
@@ -19,7 +19,7 @@ class NaivePrefixCache(BasePrefixCache):
     def unlock(self, handle: Any) -> None:
         assert handle is None, "naive cache handles are None"
 
-    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor) -> int:
+    def insert_prefix(self, input_ids: list[int], indices: torch.Tensor, namespace: int = 0) -> int:
         # Claiming it is all cached already makes the caller free every slot it passed in.
         return len(input_ids)
 

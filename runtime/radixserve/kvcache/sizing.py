@@ -42,6 +42,13 @@ def _available_bytes() -> int | None:
     return None
 
 
+def available_bytes() -> int | None:
+    """Memory this process may still take: its container's headroom, else the machine's
+    available memory; None where neither is known."""
+    limit = headroom_bytes()
+    return limit if limit is not None else _available_bytes()
+
+
 def _cpu_budget(bytes_per_token: int, want_tokens: int) -> int:
     want = want_tokens * bytes_per_token
     asked = settings.CPU_KV_GIB.get()
@@ -49,7 +56,7 @@ def _cpu_budget(bytes_per_token: int, want_tokens: int) -> int:
         want, "what the running requests and the context can use")
     limit = headroom_bytes()
     where = "the container's memory limit" if limit is not None else "this machine"
-    left = limit if limit is not None else _available_bytes()
+    left = available_bytes()
     if left is not None and int(left * CPU_HEADROOM_SHARE) < budget:
         why = (f"half of the {left / 2**30:.2f} GiB {where} leaves ({why}: "
                f"{budget / 2**30:.2f} GiB)")

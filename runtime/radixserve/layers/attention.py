@@ -66,6 +66,8 @@ class AttentionLayer(nn.Module):
         for the result (what a prefill graph's next piece reads). `rope` (where `fuses_rope`):
         q/k come unrotated, and the backend's kernel norms, rotates and stores them."""
         backend, batch = _running()
+        if batch.kv_ready is not None:  # this layer's KV loaded from the host tier, first
+            batch.kv_ready.wait(self.layer_id)
         t, d = q.shape[0], self.head_dim
         q3 = q.view(t, self.num_heads, d)
         k3, v3 = k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)

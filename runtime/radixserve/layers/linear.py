@@ -1,7 +1,11 @@
 """Linear layers: replicated, column-parallel (output split), row-parallel (input split, summed
-with an all-reduce), and the fused column-parallel QKV and gate+up projections."""
+with an all-reduce), and the fused column-parallel QKV and gate+up projections. A layer served
+with LoRA adapters carries their slots' weights in `lora` (`layers/lora.py`), whose update is
+added to its output (a row-parallel layer's before the all-reduce, which sums it too)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +17,9 @@ from radixserve.layers.lazy_weight import materialize
 from radixserve.layers.utils import check_shape, copy_shard, divide, new_param
 from radixserve.utils import kernel_path
 from radixserve_kernels import SKINNY_MAX_M, silu_mul_gemv, skinny_gemm
+
+if TYPE_CHECKING:
+    from radixserve.layers.lora import LinearLoRA
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -50,6 +57,7 @@ class _Linear(nn.Module):
         self.register_parameter("weight_scale", None)
         self.scale_block_k: int | None = None
         self.scale_block_n = 1
+        self.lora: LinearLoRA | None = None  # the adapter slots' weights, when LoRA is on
 
     @property
     def scale_block(self) -> tuple[int, int] | None:
@@ -57,7 +65,8 @@ class _Linear(nn.Module):
         return None if self.scale_block_k is None else (self.scale_block_n, self.scale_block_k)
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block)
+        y = linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block)
+        return y if self.lora is None else self.lora.add_to(x, y)
 
 
 class ReplicatedLinear(_Linear):
@@ -95,11 +104,12 @@ class RowParallelLinear(_Linear):
         super().__init__(divide(in_features, self.tp.size, "in_features"), out_features, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.tp.size == 1:
-            return linear(x, self.weight, self.bias, weight_scale=self.weight_scale,
-                          scale_block=self.scale_block)
-        return self._sum_ranks(linear(x, self.weight, weight_scale=self.weight_scale,
-                                      scale_block=self.scale_block))
+        bias = self.bias if self.tp.size == 1 else None
+        y = linear(x, self.weight, bias, weight_scale=self.weight_scale,
+                   scale_block=self.scale_block)
+        if self.lora is not None:  # x @ A.T is this rank's share too: summed with the rest
+            y = self.lora.add_to(x, y)
+        return y if self.tp.size == 1 else self._sum_ranks(y)
 
     def _sum_ranks(self, partial: torch.Tensor) -> torch.Tensor:
         """The ranks' partial products summed, plus the bias (kept whole, added once)."""
@@ -110,7 +120,7 @@ class RowParallelLinear(_Linear):
         """Whether `forward_silu_mul` takes x [T, 2 * in] in one launch: one 16-bit row on the
         kernel path with a 16-bit weight (decode at batch 1, where each launch saved counts)."""
         return (x.dim() == 2 and x.shape[0] == 1 and x.dtype != torch.float32
-                and self.weight_scale is None and kernel_path.use_triton(x))
+                and self.weight_scale is None and self.lora is None and kernel_path.use_triton(x))
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor:
         """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)`."""
@@ -139,12 +149,17 @@ class MergedColumnParallelLinear(_Linear):
         self.out_local = [divide(o, self.tp.size, "out_features") for o in out_features]
         super().__init__(in_features, sum(self.out_local), bias)
 
+    def part_rows(self, shard_id: object) -> tuple[int, int, int]:
+        """Projection `shard_id`'s rows here: (offset, count, index of its block in the full
+        projection)."""
+        assert isinstance(shard_id, int), "merged linear needs the projection index as shard_id"
+        return sum(self.out_local[:shard_id]), self.out_local[shard_id], self.tp.rank
+
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
     ) -> None:
-        assert isinstance(shard_id, int), "merged linear needs the projection index as shard_id"
-        offset, size = sum(self.out_local[:shard_id]), self.out_local[shard_id]
-        copy_shard(param.data.narrow(0, offset, size), full, 0, self.tp.rank, size)
+        offset, size, index = self.part_rows(shard_id)
+        copy_shard(param.data.narrow(0, offset, size), full, 0, index, size)
 
     def shard_ids(self, param_name: str) -> tuple[object, ...]:
         return tuple(range(len(self.out_local)))
@@ -159,6 +174,7 @@ class QKVParallelLinear(_Linear):
     ) -> None:
         self.tp = get_tp_info()
         self.head_dim = head_dim
+        self.total_kv_heads = num_kv_heads
         self.num_heads = divide(num_heads, self.tp.size, "num_attention_heads")
         if num_kv_heads >= self.tp.size:
             self.num_kv_heads = divide(num_kv_heads, self.tp.size, "num_key_value_heads")
@@ -171,13 +187,18 @@ class QKVParallelLinear(_Linear):
         self.sizes = {"q": q, "k": kv, "v": kv}
         super().__init__(hidden, q + 2 * kv, bias)
 
+    def part_rows(self, shard_id: object) -> tuple[int, int, int]:
+        """Projection `shard_id`'s rows here: (offset, count, index of its block in the full
+        projection)."""
+        assert shard_id in self.sizes, "qkv linear needs shard_id q, k or v"
+        offset = {"q": 0, "k": self.sizes["q"], "v": self.sizes["q"] + self.sizes["k"]}[shard_id]
+        index = self.tp.rank if shard_id == "q" else self.kv_index
+        return offset, self.sizes[shard_id], index
+
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None
     ) -> None:
-        assert shard_id in self.sizes, "qkv linear needs shard_id q, k or v"
-        offset = {"q": 0, "k": self.sizes["q"], "v": self.sizes["q"] + self.sizes["k"]}[shard_id]
-        size = self.sizes[shard_id]
-        index = self.tp.rank if shard_id == "q" else self.kv_index
+        offset, size, index = self.part_rows(shard_id)
         copy_shard(param.data.narrow(0, offset, size), full, 0, index, size)
 
     def shard_ids(self, param_name: str) -> tuple[object, ...]:

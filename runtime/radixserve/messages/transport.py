@@ -11,6 +11,8 @@ import zmq
 
 from radixserve.messages.codec import decode, encode
 
+MAX_SOCKET_PATH = 100  # sockaddr_un's sun_path is 108 bytes; the longest socket name is 11
+
 
 @dataclass(frozen=True)
 class IpcAddresses:
@@ -18,7 +20,13 @@ class IpcAddresses:
 
     @classmethod
     def create(cls) -> IpcAddresses:
-        return cls(tempfile.mkdtemp(prefix="radixserve-"))
+        """A private directory for the sockets; under /tmp where TMPDIR is too deep for them
+        (a socket's path holds at most 107 bytes)."""
+        root = tempfile.mkdtemp(prefix="radixserve-")
+        if len(root) + len("/detokenizer") > MAX_SOCKET_PATH:
+            os.rmdir(root)
+            root = tempfile.mkdtemp(prefix="radixserve-", dir="/tmp")
+        return cls(root)
 
     def _addr(self, name: str) -> str:
         return f"ipc://{os.path.join(self.root, name)}"

@@ -1,8 +1,10 @@
 """The messages between the server's processes. Flow: API → TokenizeMsg → tokenizer → UserMsg →
 scheduler → TokenBatch → detokenizer → UserReply → API; AbortMsg goes to the scheduler from the API
 (client gone) and the detokenizer (stop string); SchedulerStats and Heartbeat go to the API periodically.
-Under tensor parallelism rank 0 publishes the UserMsg and AbortMsg it applied, with GrammarsReady,
-to the other ranks before each step, and LeaveGroup at the end (`ranks/channel.py`)."""
+LoadLoRA and UnloadLoRA go from the API to the scheduler, which answers with a LoRAReply.
+Under tensor parallelism rank 0 publishes the UserMsg, AbortMsg, LoadLoRA and UnloadLoRA it
+applied, with GrammarsReady, to the other ranks before each step, and LeaveGroup at the end
+(`ranks/channel.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,6 +60,7 @@ class TokenizeMsg:
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     template_kwargs: str | None = None  # chat_template_kwargs as JSON text (as `tools`)
+    lora: str | None = None  # the LoRA adapter to run with (None: the base model)
 
 
 @message
@@ -67,6 +70,7 @@ class UserMsg:
     input_ids: list[int]
     params: SamplingParams
     auto_max_tokens: bool = False
+    lora: str | None = None  # the LoRA adapter to run with (None: the base model)
 
 
 @message
@@ -146,10 +150,12 @@ class UserReply:
 @message
 @dataclass
 class SchedulerStats:
-    """Heartbeat and gauges; `integrity_ok` is None while the scheduler is busy (not checked)."""
+    """Heartbeat and gauges; `integrity_ok` is None while the scheduler is busy (not checked).
+    `lora`: each LoRA adapter with requests, [running, waiting]."""
 
     stats: dict[str, int]
     integrity_ok: bool | None
+    lora: dict[str, list[int]] = field(default_factory=dict)
 
 
 @message
@@ -182,6 +188,38 @@ class GrammarsReady:
 
     compiled: list[int]
     failed: list[int]
+
+
+@message
+@dataclass
+class LoadLoRA:
+    """API → scheduler (and rank 0 → the other ranks, once it loaded it): serve the PEFT adapter
+    at `path` as `name`."""
+
+    uid: int
+    name: str
+    path: str
+
+
+@message
+@dataclass
+class UnloadLoRA:
+    """API → scheduler (and rank 0 → the other ranks): stop serving adapter `name`."""
+
+    uid: int
+    name: str
+
+
+@message
+@dataclass
+class LoRAReply:
+    """Scheduler → API: the outcome of a LoadLoRA or UnloadLoRA (`error` and its HTTP status, or
+    None) and the adapters served after it, name → path."""
+
+    uid: int
+    adapters: dict[str, str]
+    error: str | None = None
+    status: int = 200
 
 
 @message

@@ -120,6 +120,14 @@ def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) 
     return model.eval().requires_grad_(False)
 
 
+def meta_model(model_dir: Path) -> BaseCausalLM:
+    """The model of `model_dir` on the meta device: its modules and shapes, no memory and no
+    weight read (LoRA adapters are checked against it before anything loads)."""
+    from transformers import AutoConfig
+
+    return build_model(AutoConfig.from_pretrained(model_dir), torch.float32, "meta")
+
+
 def load_model(
     model_dir: str | Path,
     dtype: torch.dtype,

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from radixserve.messages import AbortMsg, RequestFailed, UserMsg
+from radixserve.messages import AbortMsg, LoadLoRA, RequestFailed, UnloadLoRA, UserMsg
 from radixserve.offline.pipeline import LocalPipeline, Reply
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,14 @@ class EngineLoop:
             self._sinks.pop(uid, None)
             self._inbox.append(AbortMsg(uid))
         self._wake.set()
+
+    def change_lora(self, msg: LoadLoRA | UnloadLoRA) -> None:
+        """Load or unload a LoRA adapter between two turns; ValueError if it cannot be done."""
+        with self._lock:
+            self._check()
+            reply = self.pipeline.change_lora(msg)
+        if reply.error is not None:
+            raise ValueError(reply.error)
 
     def turn(self) -> bool:
         """Admit and abort what arrived, then one scheduler step; False if there was nothing

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixserve.messages import RequestFailed, TokenBatch, UserMsg, UserReply
+from radixserve.messages import (
+    LoadLoRA,
+    LoRAReply,
+    RequestFailed,
+    TokenBatch,
+    UnloadLoRA,
+    UserMsg,
+    UserReply,
+)
 from radixserve.scheduler import lifecycle
 from radixserve.tokenizer.detokenize import DetokenizeManager
 
@@ -31,6 +39,10 @@ class LocalPipeline:
         whose finish_reason is "abort"."""
         out = lifecycle.abort(self.scheduler, uid)
         return self._detokenize(out) if out is not None else []
+
+    def change_lora(self, msg: LoadLoRA | UnloadLoRA) -> LoRAReply:
+        """Load or unload a LoRA adapter, as the scheduler process does for the API."""
+        return lifecycle.change_lora(self.scheduler, msg)
 
     def step(self) -> list[Reply]:
         """One scheduler step (none without work): its replies, text already cut at stop strings."""

@@ -22,7 +22,7 @@ class AdmissionError(ValueError):
 
 class Limits(NamedTuple):
     max_seq_len: int  # the model's context length
-    kv_capacity: int  # tokens the KV pool holds (a request reserves all it may need at admission)
+    kv_capacity: int  # tokens the KV pool holds: a request must fit it alone (prompt + max_tokens)
     vocab_size: int
 
 

@@ -10,18 +10,23 @@ Where each decision lives:
 - stop strings: the detokenizer (`tokenizer/detokenize.py`), which sees the text; it asks for an
   abort, which frees the KV at once
 - grammar compile failures: `Scheduler.take_failures`
+- LoRA adapters loaded and unloaded: `Scheduler.load_lora`, `unload_lora`
 """
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+from radixserve.lora.source import AdapterError
 from radixserve.messages import (
     AbortMsg,
     GrammarsReady,
+    LoadLoRA,
+    LoRAReply,
     RequestFailed,
     RequestStarted,
     TokenMsg,
+    UnloadLoRA,
     UserMsg,
 )
 from radixserve.scheduler.admission import AdmissionError
@@ -38,7 +43,7 @@ def admit(sched: Scheduler, msg: UserMsg) -> RequestStarted | RequestFailed | No
     RequestFailed (refused; its 4xx), or None (its abort came first: it is dropped silently)."""
     try:
         params = sched.add_request(msg.uid, msg.input_ids, msg.params,
-                                   auto_max_tokens=msg.auto_max_tokens)
+                                   auto_max_tokens=msg.auto_max_tokens, lora=msg.lora)
     except AdmissionError as e:
         return RequestFailed(msg.uid, e.message, e.param, e.code, e.status)
     except Exception:  # a fault of this request alone: it fails, the others keep running
@@ -56,6 +61,22 @@ def abort(sched: Scheduler, uid: int) -> AbortMsg | None:
     return AbortMsg(uid) if sched.abort(uid) else None
 
 
+def change_lora(sched: Scheduler, msg: LoadLoRA | UnloadLoRA) -> LoRAReply:
+    """Load or unload an adapter: the adapters served after it, or why it could not be done (a
+    bad adapter or name: 400 before anything is loaded; an unknown name: 404)."""
+    try:
+        if isinstance(msg, LoadLoRA):
+            sched.load_lora(msg.name, msg.path)
+        else:
+            sched.unload_lora(msg.name)
+    except AdapterError as e:
+        return LoRAReply(msg.uid, sched.served_loras(), e.message, e.status)
+    except Exception as e:  # the adapter's fault alone: the server keeps serving the others
+        logger.exception("scheduler: could not change LoRA adapter %r", msg.name)
+        return LoRAReply(msg.uid, sched.served_loras(), f"internal error: {e}", 500)
+    return LoRAReply(msg.uid, sched.served_loras())
+
+
 def settle_grammars(sched: Scheduler, msg: GrammarsReady) -> None:
     """A follower: queue the requests whose grammar rank 0 queued (waiting for this rank's own
     compilation if late) and forget those it failed (rank 0 reports them)."""
@@ -65,15 +86,19 @@ def settle_grammars(sched: Scheduler, msg: GrammarsReady) -> None:
                            f"this rank (see its log)")
 
 
-def apply(sched: Scheduler, msg: UserMsg | AbortMsg | GrammarsReady) -> None:
+def apply(sched: Scheduler, msg: UserMsg | AbortMsg | GrammarsReady | LoadLoRA | UnloadLoRA) -> None:
     """A follower applies a message rank 0 published, as rank 0 applied it; the replies are
-    rank 0's to send."""
+    rank 0's to send. (Rank 0 publishes a LoRA change only once it succeeded there.)"""
     if isinstance(msg, UserMsg):
         admit(sched, msg)
     elif isinstance(msg, AbortMsg):
         abort(sched, msg.uid)
     elif isinstance(msg, GrammarsReady):
         settle_grammars(sched, msg)
+    elif isinstance(msg, (LoadLoRA, UnloadLoRA)):
+        if (err := change_lora(sched, msg).error) is not None:
+            raise RuntimeError(f"LoRA adapter {msg.name!r} changed on rank 0 but not on this "
+                               f"rank: {err}")
     else:
         raise TypeError(f"a follower cannot apply {type(msg).__name__}")
 

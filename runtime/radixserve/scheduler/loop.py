@@ -16,8 +16,10 @@ from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.messages import (
     AbortMsg,
     IpcAddresses,
+    LoadLoRA,
     SchedulerStats,
     TokenBatch,
+    UnloadLoRA,
     UserMsg,
     make_socket,
     recv_nowait,
@@ -56,6 +58,9 @@ class SchedulerLoop:
             out = lifecycle.admit(self.scheduler, msg)
         elif isinstance(msg, AbortMsg):
             out = lifecycle.abort(self.scheduler, msg.uid)
+        elif isinstance(msg, (LoadLoRA, UnloadLoRA)):  # answered to the API, which asked
+            send(self.to_api, lifecycle.change_lora(self.scheduler, msg))
+            return
         else:
             logger.error("scheduler: unexpected message %r", type(msg).__name__)
             return
@@ -86,7 +91,7 @@ class SchedulerLoop:
                 logger.error("scheduler: KV/radix integrity check failed: %s", e)
                 self.integrity_ok = False
         stats = {k: int(v) for k, v in self.scheduler.stats().items()}
-        send(self.to_api, SchedulerStats(stats, self.integrity_ok))
+        send(self.to_api, SchedulerStats(stats, self.integrity_ok, self.scheduler.lora_requests()))
 
     def ready_info(self) -> dict[str, int]:
         """What the server learns once the scheduler is up (its context, its KV capacity)."""

@@ -41,7 +41,8 @@ def plan(items: list[tuple[Req, int]]) -> PromptLogprobPlan | None:
     owners: list[tuple[Req, int]] = []
     k, offset = 0, 0
     for req, n in items:
-        if req.params.prompt_logprobs is not None:
+        # (a request retracted after its first token has sent its prompt logprobs already)
+        if req.params.prompt_logprobs is not None and not req.output_ids:
             start = req.kv_len
             stop = min(start + n, req.prompt_len - 1)
             if stop > start:

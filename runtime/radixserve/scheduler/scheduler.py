@@ -19,13 +19,29 @@ prefill batch also carries one token of every decoding request, as an extend of 
 requests keep emitting while a long prompt is prefilled (no CUDA graph for that step).
 
 Priorities (`SamplingParams.priority`, lower first): the waiting queue is kept in priority order,
-arrival order among equals; a running request is never preempted.
+arrival order among equals; `--schedule-policy` orders each priority's requests for admission
+(`policy.py`).
+
+Optimistic admission (`--kv-admission optimistic`, the default; `prefill.py`) allocates a
+request's prompt only; each step first gives every decoding request a page for its next token
+(`_grow_decode_kv`). When even eviction cannot, the in-flight batch is read first (so every
+sampled token, and every draw of a request's seeded generator, belongs to a token it keeps), then
+requests are retracted, the one that loses least first (lowest priority, fewest tokens made,
+newest), until the rest fit `RETRACT_STEPS` more tokens each; one request alone always fits
+(admission refuses one larger than the pool). A retracted request gives its KV to the prefix
+cache, goes back to the head of its priority's queue and, re-admitted, prefills its prompt and
+the tokens it made (`Req.resume_len`; most of it found in the cache) and goes on with the same
+generator: greedy or seeded, it produces the tokens it would have.
 
 A request's life is owned here: `add_request` admits it (`admission.py`: every check, once),
 `abort` drops it in any state and in either order with its arrival (`ledger.py`), `step` stops it
 on EOS, a stop token id, `max_tokens` or a complete grammar and releases its KV. Stop *strings*
 are matched on the text, by the detokenizer (`tokenizer/detokenize.py`), which then aborts it.
 `scheduler/lifecycle.py` turns this API into the pipeline's messages for every caller.
+
+LoRA (`--enable-lora`): the adapters served (`load_lora`, `unload_lora`, those of `--lora-paths`
+at start) and their device slots are `lora/manager.py`'s; a request names its adapter at
+`add_request`, takes a slot at admission and gives it back when released.
 """
 from __future__ import annotations
 
@@ -36,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.config import EngineConfig, SchedulerConfig, adapter_name_fault, lora_path_pairs
 from radixserve.constrained.manager import GrammarManager
 from radixserve.core.output import RequestFailure, TokenOutput
 from radixserve.core.request import Req
@@ -44,15 +60,22 @@ from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.device import resolve_device
 from radixserve.engine.engine import NO_COMPANION, Engine
 from radixserve.engine.sampler import Sampler
+from radixserve.kvcache.host_pool import HostTierSize
+from radixserve.lora.adapter import LoRAAdapter, read_adapter
+from radixserve.lora.manager import LoRAManager
+from radixserve.lora.source import AdapterError
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.cache_manager import CacheManager
+from radixserve.scheduler.host_tier import HostTier
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
 from radixserve.scheduler.ledger import RequestLedger
+from radixserve.scheduler.policy import SchedulePolicy
 from radixserve.scheduler.prefill import PrefillAdder
+from radixserve.scheduler.token_estimate import RETRACT_STEPS, TokenEstimate
 from radixserve.scheduler.verify_step import sample_verified, verify_rows, write_drafts
 from radixserve.speculative.factory import create_speculator
 from radixserve.speculative.factory import plan as speculative_plan
@@ -72,12 +95,23 @@ class Scheduler:
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
         # speculative decoding (`speculative/`): what a drafter will hold, before the KV is sized
         spec = speculative_plan(engine, sched) if sched.speculates else None
-        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source,
+        host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
+                if sched.enable_hierarchical_cache else None)
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,
                              spec.companion if spec else NO_COMPANION)
         self.device = self.engine.device
         self.table = self.engine.table
-        self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device)
-        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests)
+        tier = (HostTier(self.engine.kv_pool, self.engine.host_pool, self.device)
+                if self.engine.host_pool is not None else None)
+        self.cache = CacheManager(self.engine.num_pages, engine.page_size, sched.cache, self.device,
+                                  tier, sched.hicache_write_policy == "write_back")
+        self.estimate = (TokenEstimate(sched.schedule_conservativeness)
+                         if sched.kv_admission == "optimistic" else None)
+        pool = self.engine.lora_pool
+        self.lora = LoRAManager(pool) if pool is not None else None
+        self.adder = PrefillAdder(self.cache, self.table, sched.max_running_requests,
+                                  SchedulePolicy(sched.schedule_policy, self.cache), self.estimate,
+                                  self.lora)
         self.eos_ids: set[int] = eos_token_ids(self.model_path, self.engine.source.config)
         self.sampler = Sampler(self.device, engine.seed, frozenset(self.eos_ids))
         self.vocab_size = int(self.engine.hf_config.vocab_size)
@@ -95,9 +129,13 @@ class Scheduler:
         self._deferred: list[Req] = []  # finished, but the in-flight batch still writes their KV
         self._failures: list[RequestFailure] = []
         self.aborted_waiting = 0  # requests aborted before any of their prompt was computed
+        self.retractions = 0  # requests retracted for lack of KV (optimistic admission)
+        self._arrivals = 0
         self.prefill_tokens = 0  # prompt tokens computed (not taken from the prefix cache)
         self.decode_kv_tokens = 0  # KV tokens the decode rows attended over (bench --phases)
         self.token_wait_s = 0.0  # time spent waiting for batches' sampled tokens (bench --phases)
+        for name, path in lora_path_pairs(engine.lora_paths).items():
+            self.load_lora(name, path)
 
     @property
     def model_path(self) -> Path:
@@ -117,21 +155,25 @@ class Scheduler:
                     or len(self.grammars))
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
-                    auto_max_tokens: bool = False) -> SamplingParams | None:
-        """Admit and queue a request: the parameters it runs with (`max_tokens` filled in when
-        `auto_max_tokens`), None if it was aborted before it arrived (it is dropped), or
-        AdmissionError (a ValueError naming the field) if refused."""
+                    auto_max_tokens: bool = False, lora: str | None = None) -> SamplingParams | None:
+        """Admit and queue a request (of the LoRA adapter named `lora`, else the base model):
+        the parameters it runs with (`max_tokens` filled in when `auto_max_tokens`), None if it
+        was aborted before it arrived (it is dropped), or AdmissionError (a ValueError naming
+        the field) if refused."""
         if self.ledger.take_tombstone(uid):
             self.ledger.finished(uid)
             return None
         if uid in self.reqs:
             raise AdmissionError(f"uid: request {uid} is already queued", "uid")
         try:
+            adapter, namespace = self._adapter(lora) if lora is not None else (None, 0)
             params = check_request(input_ids, params, self.limits, auto_max_tokens)
         except AdmissionError:
             self.ledger.finished(uid)  # a late abort of it is then a no-op, not a tombstone
             raise
-        req = Req(uid, list(input_ids), params)
+        req = Req(uid, list(input_ids), params, lora=adapter, namespace=namespace,
+                  arrival=self._arrivals)
+        self._arrivals += 1
         if params.seed is not None:
             req.generator = self.sampler.new_request_generator(params.seed)
         self.reqs[uid] = req
@@ -141,12 +183,57 @@ class Scheduler:
             self._enqueue(req)
         return params
 
+    def _adapter(self, name: str) -> tuple[LoRAAdapter, int]:
+        """The served adapter `name` and its cache namespace, or AdmissionError (404)."""
+        if self.lora is None or name not in self.lora.served:
+            served = ", ".join(sorted(self.lora.served)) if self.lora is not None else ""
+            raise AdmissionError(
+                f"model: LoRA adapter {name!r} is not loaded; served: "
+                f"{served or 'none'}" + ("" if self.lora else " (LoRA is off: --enable-lora)"),
+                "model", "model_not_found", 404)
+        return self.lora.served[name]
+
+    def load_lora(self, name: str, path: str) -> None:
+        """Serve the PEFT adapter at `path` as `name`: AdapterError (400) before anything is
+        loaded if it cannot be (LoRA off, a name in use, a bad adapter)."""
+        if self.lora is None:
+            raise AdapterError("LoRA adapters are not served: start with --enable-lora")
+        if (why := adapter_name_fault(name)) is not None:
+            raise AdapterError(why)
+        if name in self.lora.served:
+            raise AdapterError(f"adapter {name!r} is already loaded (unload it first)")
+        pool = self.lora.pool
+        adapter = read_adapter(name, path, self.engine.model, pool.max_rank, self.engine.dtype)
+        self.lora.add(adapter)
+        logger.info("LoRA: serving adapter %r (rank %d, %d projections) from %s", name,
+                    adapter.rank, len(adapter.weights), path)
+
+    def unload_lora(self, name: str) -> None:
+        """Stop serving adapter `name` (AdapterError 404 if it is not served); requests already
+        accepted finish with it."""
+        if self.lora is None or name not in self.lora.served:
+            raise AdapterError(f"LoRA adapter {name!r} is not loaded", status=404)
+        self.lora.remove(name)
+        logger.info("LoRA: adapter %r unloaded", name)
+
+    def served_loras(self) -> dict[str, str]:
+        """The adapters served, name -> path."""
+        return {} if self.lora is None else {n: a.path for n, (a, _) in self.lora.served.items()}
+
     def _enqueue(self, req: Req) -> None:
         """Into the waiting queue behind every request of its priority or a more urgent one."""
         w, prio = self.waiting, req.params.priority
         i = len(w)
         while i > 0 and w[i - 1].params.priority > prio:  # usually none: all share priority 0
             i -= 1
+        w.insert(i, req)
+
+    def _requeue(self, req: Req) -> None:
+        """Back into the waiting queue ahead of every request of its priority (retraction)."""
+        w, prio = self.waiting, req.params.priority
+        i = 0
+        while i < len(w) and w[i].params.priority < prio:
+            i += 1
         w.insert(i, req)
 
     def abort(self, uid: int) -> bool:
@@ -215,6 +302,13 @@ class Scheduler:
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
             self._inflight = None
+        if not self._grow_decode_kv():
+            if self._inflight is not None:  # its tokens first: retraction must know them all
+                outputs += self._process(self._inflight)
+                self._inflight = None
+                self._release_deferred()
+            if not self._grow_decode_kv():
+                self._retract_for_decode()
         fwd = self._forward_next()
         # a grammar mask needs the in-flight batch's tokens: read them now, while the device runs
         # fwd. NOTE: that batch stays `_inflight` until replaced, so the requests it finishes are
@@ -233,9 +327,83 @@ class Scheduler:
             self._release_deferred()
         return outputs
 
+    def _grow_decode_kv(self) -> bool:
+        """Optimistic admission: a page for every decoding request whose next token has no KV
+        slot yet; False, allocating nothing, when even eviction cannot give them all."""
+        if self.estimate is None:
+            return True  # (reserved at admission)
+        rows = [r for r in self.running if r.prefill_done and r.num_slots <= r.kv_len]
+        if not rows:
+            return True
+        ps = self.cache.page_size
+        slots = self.cache.allocate(len(rows) * ps)
+        if slots is None:
+            return False
+        cols = [r.num_slots + j for r in rows for j in range(ps)]
+        where = to_device([[r.row for r in rows for _ in range(ps)], cols], self.device)
+        pt = self.table.page_table
+        pt[where[0], where[1]] = slots.to(pt.device, pt.dtype)
+        for r in rows:
+            r.num_slots += ps
+        return True
+
+    def _grow_draft_kv(self, rows: list[Req]) -> None:
+        """Optimistic admission: KV slots for the tokens each request may draft, where free or
+        evictable pages give them without retracting anyone (a request short of them drafts
+        fewer). Under `reserve` every request already holds its worst case."""
+        if self.estimate is None:
+            return
+        ps, pt = self.cache.page_size, self.table.page_table
+        for r in rows:
+            want = min(r.kv_len + 1 + self.cfg.speculative_num_draft_tokens, r.reserve_len)
+            short = -(-(want - r.num_slots) // ps) * ps
+            if short <= 0 or not self.spec.lengths.wants(r.uid):
+                continue
+            if short > self.cache.num_free_pages * ps or (slots := self.cache.allocate(short)) is None:
+                return  # (free pages only: the prefix cache is not evicted for a guess)
+            pt[r.row, r.num_slots : r.num_slots + short] = slots.to(pt.device, pt.dtype)
+            r.num_slots += short
+
+    def _retract_for_decode(self) -> None:
+        """Decoding ran out of KV (no batch in flight): retract the requests that lose least
+        until the rest fit `RETRACT_STEPS` more tokens each, or one is left (it fits alone)."""
+        ps = self.cache.page_size
+
+        def pages_short(reqs: list[Req]) -> int:
+            want = sum(max(0, -(-min(r.kv_len + RETRACT_STEPS, r.reserve_len) // ps)
+                           - r.num_slots // ps) for r in reqs if r.prefill_done)
+            return want - self.cache.available_tokens // ps
+
+        kept = list(self.running)
+        for victim in sorted(self.running, key=lambda r: (-r.params.priority, len(r.output_ids),
+                                                         -r.arrival)):
+            if len(kept) == 1 or pages_short(kept) <= 0:
+                break
+            kept.remove(victim)
+            self._retract(victim)
+        self.estimate.retracted(kept)
+        grown = self._grow_decode_kv()
+        assert grown, "a request alone did not fit the KV pool"
+
+    def _retract(self, req: Req) -> None:
+        """Out of the running batch and back to the head of the queue; its KV goes to the prefix
+        cache, so that re-admission finds most of it."""
+        self.running.remove(req)
+        req.retracted_kv = req.kv_len
+        self._release(req)
+        req.resume_len = len(req.all_ids)
+        req.kv_len = req.cached_len = req.num_slots = 0
+        req.cache_handle = None
+        if not req.output_ids:  # its prompt logprobs are computed again
+            req.prompt_lps.clear()
+        self._requeue(req)
+        self.retractions += 1
+
     @torch.inference_mode()
     def _forward_next(self) -> ForwardPass | None:
         """Schedule the next batch and launch its forward (the device runs it meanwhile)."""
+        if self.estimate is not None and not self.running:
+            self.estimate.idle()
         # (an embedding request is done once its prompt is: it never decodes, not even riding
         # along after it finished, so it needs no KV slot past its prompt)
         decoding = [r for r in self.running if r.prefill_done and not r.params.embed]
@@ -249,44 +417,58 @@ class Scheduler:
         decode_rows = decoding if decode or self.cfg.mixed_chunk else []
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         embed_reqs, embed_rows = embed.plan(prefill)
-        drafts = (self.spec.plan(decode_rows) if self.spec is not None and lp_plan is None
-                  and not embed_reqs else {})
+        drafts: dict[Req, list[int]] = {}
+        if self.spec is not None and lp_plan is None and not embed_reqs:
+            self._grow_draft_kv(decode_rows)
+            drafts = self.spec.plan(decode_rows)
         items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
         if drafts:  # verified after the request's last token: the next positions of its row
             write_drafts(self.table.token_pool, drafts)
             decode = False  # (one extend of each request's token and its drafts)
+        if decode_rows and self.estimate is not None:
+            self.estimate.decode_step()
         batch = self.engine.stage_decode([r.row for r, _ in items],
                                          [r.kv_len for r, _ in items]) if decode else None
         if batch is None:
             batch = build_batch(items, self.table, self.device, decode)
+        batch.uses_lora = any(r.lora is not None for r, _ in items)
         for req, n in items:
             req.kv_len += n
         self.decode_kv_tokens += sum(r.kv_len for r in decode_rows)  # each reads its whole context
         for req, _ in prefill:
             self._share_prompt(req)
         emits = [i for i, (r, _) in enumerate(items) if r.prefill_done]
+        # the host tier's loads this batch reads: its attention layers wait for them
+        batch.kv_ready = self.cache.before_launch()
+        assert batch.kv_ready is None or not decode, "a decode batch reads no loaded pages"
         if drafts:  # logits at every verified position, one row at every other item's last
             rows = verify_rows(items, drafts)
-            logits = self.engine.forward_rows(batch, to_device(rows, self.device))
-            return ForwardPass(items, emits, batch, logits, drafts=drafts, rows=rows)
-        if lp_plan is None and not embed_reqs:
-            return ForwardPass(items, emits, batch, self.engine.forward(batch))
-        # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
-        lp_rows = lp_plan.keep if lp_plan is not None else []
-        logits, kept = self.engine.forward_keeping(batch, to_device(lp_rows + embed_rows, self.device))
-        return ForwardPass(
-            items, emits, batch, logits,
-            prompt_logprobs.compute(self.engine.model, kept[: len(lp_rows)], lp_plan) if lp_plan else None,
-            embed.compute(embed_reqs, kept[len(lp_rows):]) if embed_reqs else None)
+            fwd = ForwardPass(items, emits, batch,
+                              self.engine.forward_rows(batch, to_device(rows, self.device)),
+                              drafts=drafts, rows=rows)
+        elif lp_plan is None and not embed_reqs:
+            fwd = ForwardPass(items, emits, batch, self.engine.forward(batch))
+        else:
+            # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
+            lp_rows = lp_plan.keep if lp_plan is not None else []
+            logits, kept = self.engine.forward_keeping(batch, to_device(lp_rows + embed_rows,
+                                                                        self.device))
+            fwd = ForwardPass(
+                items, emits, batch, logits,
+                prompt_logprobs.compute(self.engine.model, kept[: len(lp_rows)], lp_plan)
+                if lp_plan else None,
+                embed.compute(embed_reqs, kept[len(lp_rows):]) if embed_reqs else None)
+        self.cache.after_launch()
+        return fwd
 
     def _share_prompt(self, req: Req) -> None:
         """Put the prompt KV this batch computes in the prefix cache now, not when the request
         ends, so requests sharing the prompt's prefix reuse it while this one still runs."""
         pt = self.table.page_table
-        match = self.cache.share_prefix(req.input_ids[: req.kv_len], pt[req.row, : req.kv_len],
-                                        req.cached_len, req.cache_handle)
+        match = self.cache.share_prefix(req.fill_ids[: req.kv_len], pt[req.row, : req.kv_len],
+                                        req.cached_len, req.cache_handle, req.namespace)
         if match is not None:
             pt[req.row, req.cached_len : match.cached_len] = match.indices[req.cached_len:].to(
                 pt.device, pt.dtype)
@@ -403,6 +585,8 @@ class Scheduler:
     def _finish(self, req: Req) -> None:
         """It produced its last output: forget it and release its KV (now or after the flight)."""
         req.finished = True
+        if self.estimate is not None and req.output_ids:
+            self.estimate.finished(req)
         self._forget(req.uid)
         self._retire(req)
 
@@ -446,12 +630,18 @@ class Scheduler:
     def _release(self, req: Req) -> None:
         """Hand the request's KV to the prefix cache (it frees what it does not keep)."""
         slots = self.table.page_table[req.row, : req.num_slots].long()
-        self.cache.cache_req(req.all_ids[: req.kv_len], slots, req.cached_len, req.cache_handle)
+        self.cache.cache_req(req.all_ids[: req.kv_len], slots, req.cached_len, req.cache_handle,
+                             req.namespace)
         self.table.free_row(req.row)
         req.row = -1
+        if req.lora_slot >= 0:
+            self.lora.release(req.lora_slot)
+            req.lora_slot = -1
 
     def stats(self) -> dict[str, int]:
         size = self.cache.size_info
+        host_used, host_total = self.cache.host_tokens
+        tier = self.cache.tier
         return {
             "running": len(self.running),
             "waiting": len(self.waiting) + len(self.grammars),
@@ -469,7 +659,24 @@ class Scheduler:
             "spec_draft_tokens": self.spec.drafted if self.spec else 0,
             "spec_accepted_tokens": self.spec.accepted if self.spec else 0,
             "spec_verify_steps": self.spec.verify_steps if self.spec else 0,
+            "lora_slots": 0 if self.lora is None else self.lora.pool.num_slots,
+            "retractions": self.retractions,
+            "retracted_tokens_recomputed": self.adder.retracted_recomputed,
+            "host_hit_tokens": self.cache.host_hit_tokens,
+            "host_kv_tokens": host_used,
+            "host_kv_tokens_total": host_total,
+            "host_loaded_tokens": tier.loaded_tokens if tier is not None else 0,
+            "host_written_tokens": tier.written_tokens if tier is not None else 0,
         }
+
+    def lora_requests(self) -> dict[str, list[int]]:
+        """[running, waiting] requests of each LoRA adapter that has any."""
+        out: dict[str, list[int]] = {}
+        for i, reqs in enumerate((self.running, self.waiting)):
+            for r in reqs:
+                if r.lora is not None:
+                    out.setdefault(r.lora.name, [0, 0])[i] += 1
+        return out
 
     def check_integrity(self) -> None:
         self.cache.check_integrity()

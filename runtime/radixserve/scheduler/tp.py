@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from radixserve.config import EngineConfig, SchedulerConfig
 from radixserve.core.output import TokenOutput
-from radixserve.messages import AbortMsg, GrammarsReady, LeaveGroup, UserMsg
+from radixserve.messages import AbortMsg, GrammarsReady, LeaveGroup, LoadLoRA, UnloadLoRA, UserMsg
 from radixserve.models.source import ModelSource
 from radixserve.ranks import channel
 from radixserve.ranks.group import RankGroup, start_group
@@ -54,7 +54,7 @@ class TPLeader:
 
     def __init__(self, sched: Scheduler, group: RankGroup | None = None) -> None:
         self.sched, self.group = sched, group
-        self._pending: list[UserMsg | AbortMsg | GrammarsReady] = []
+        self._pending: list[UserMsg | AbortMsg | GrammarsReady | LoadLoRA | UnloadLoRA] = []
 
     @property
     def followers(self) -> list:
@@ -70,11 +70,21 @@ class TPLeader:
         return getattr(self.sched, name)
 
     def add_request(self, uid: int, input_ids: list[int], params: SamplingParams, *,
-                    auto_max_tokens: bool = False) -> SamplingParams | None:
+                    auto_max_tokens: bool = False, lora: str | None = None) -> SamplingParams | None:
         """Admitted here and on every follower alike: each applies the same admission to the
         same message, so all agree on the outcome and the `max_tokens` filled in."""
-        self._pending.append(UserMsg(uid, list(input_ids), params, auto_max_tokens))
-        return self.sched.add_request(uid, input_ids, params, auto_max_tokens=auto_max_tokens)
+        self._pending.append(UserMsg(uid, list(input_ids), params, auto_max_tokens, lora))
+        return self.sched.add_request(uid, input_ids, params, auto_max_tokens=auto_max_tokens,
+                                      lora=lora)
+
+    def load_lora(self, name: str, path: str) -> None:
+        """Loaded here first (checked before anything is loaded), then on every follower."""
+        self.sched.load_lora(name, path)
+        self._pending.append(LoadLoRA(0, name, path))
+
+    def unload_lora(self, name: str) -> None:
+        self.sched.unload_lora(name)
+        self._pending.append(UnloadLoRA(0, name))
 
     def abort(self, uid: int) -> bool:
         self._pending.append(AbortMsg(uid))

@@ -17,6 +17,7 @@ from radixserve.server.embeddings_api import router as embeddings_router
 from radixserve.server.errors import APIError, error_body, install_error_handlers
 from radixserve.server.generate_api import router as generate_router
 from radixserve.server.json_body import ParsedJsonRoute
+from radixserve.server.lora_api import router as lora_router
 from radixserve.server.middleware import AuthMiddleware, CatchAllMiddleware
 from radixserve.server.openai_api import router as openai_router
 from radixserve.server.openapi import install_openapi
@@ -52,6 +53,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(tokenize_router)
     app.include_router(embeddings_router)
     app.include_router(sglang_router)
+    app.include_router(lora_router)
     open_paths = frozenset({"/health"} | ({"/metrics"} if state.cfg.metrics_without_key else set()))
     install_openapi(app, open_paths, state.cfg.api_key is not None)
     # inside the key check: a keyless caller's body is never read

@@ -97,16 +97,16 @@ def speculative_usage(drafted: int, accepted: int, steps: int) -> dict:
 
 class Dispatch:
     def __init__(self, frontend: Frontend, prompts: list[Prompt], params: SamplingParams, n: int, auto_max_tokens: bool,
-                 names: dict[str, str] | None = None) -> None:
+                 names: dict[str, str] | None = None, lora: str | None = None) -> None:
         """`names`: the request's name of an engine field (`json_schema` → `response_format`), for
-        the `param` of a failure the pipeline reports."""
+        the `param` of a failure the pipeline reports. `lora`: the LoRA adapter to run with."""
         self.frontend, self.n, self.names = frontend, n, names or {}
         self.msgs: list[TokenizeMsg] = []
         for prompt in prompts:
             for p in choice_params(params, n):  # as `LLM`'s n: the same choices
                 self.msgs.append(TokenizeMsg(frontend.new_uid(), p, prompt.text, prompt.chat, prompt.input_ids,
                                              auto_max_tokens, prompt.tools, prompt.add_generation_prompt,
-                                             prompt.continue_final_message, prompt.template_kwargs))
+                                             prompt.continue_final_message, prompt.template_kwargs, lora))
         self.index = {m.uid: i for i, m in enumerate(self.msgs)}
         self.stream: RequestStream | None = None
         self.access = current_access.get()  # the HTTP request's record, for its access line

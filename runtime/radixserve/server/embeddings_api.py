@@ -34,13 +34,13 @@ def _shape(vector: list[float], dimensions: int | None, encoding: str) -> list[f
 
 @router.post("/v1/embeddings")
 async def embeddings(req: EmbeddingRequest, raw: Request, state: StateDep) -> dict:
-    check_model(state, req.model)
+    lora = check_model(state, req.model)
     prompts = prompt_list(req.input, "input")
     reject_empty(prompts, "input")
     if len(prompts) > MAX_N:
         raise APIError(400, f"input must hold at most {MAX_N} prompts, got {len(prompts)}", "input")
     params = SamplingParams(max_tokens=1, embed=True, truncate_prompt_tokens=req.truncate_prompt_tokens)
-    d = Dispatch(state.frontend, prompts, params, 1, False, {"prompt": "input"})
+    d = Dispatch(state.frontend, prompts, params, 1, False, {"prompt": "input"}, lora=lora)
     choices = await d.collect(raw)
     data = []
     for c in choices:
@@ -50,5 +50,5 @@ async def embeddings(req: EmbeddingRequest, raw: Request, state: StateDep) -> di
         data.append({"object": "embedding", "index": c.index,
                      "embedding": _shape(vector, req.dimensions, req.encoding_format)})
     use = usage(choices, 1)
-    return {"object": "list", "data": data, "model": state.model_name,
+    return {"object": "list", "data": data, "model": lora or state.model_name,
             "usage": {"prompt_tokens": use["prompt_tokens"], "total_tokens": use["prompt_tokens"]}}

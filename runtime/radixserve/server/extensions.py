@@ -47,7 +47,6 @@ _COMMON = {
     # SGLang's
     "stop_regex": Unsupported((None, []), "use stop strings"),
     "no_stop_trim": Unsupported((False, None), "a stop string is never part of the output"),
-    "lora_path": Unsupported(_NEVER_SET, "LoRA adapters are not served"),
     "return_hidden_states": Unsupported((False, None), "hidden states are not returned"),
     "return_routed_experts": Unsupported((False, None), "expert routing is not returned"),
     "custom_logit_processor": Unsupported(_NEVER_SET, "custom logit processors are not supported"),
@@ -95,7 +94,6 @@ GENERATE = {
     "top_logprobs_num": Unsupported((0, None), "use /v1/completions with logprobs"),
     "logprob_start_len": Unsupported((-1, None), "use /v1/completions with echo and logprobs"),
     "return_hidden_states": Unsupported((False, None), "hidden states are not returned"),
-    "lora_path": _COMMON["lora_path"],
     "session_params": _COMMON["session_params"],
     "custom_logit_processor": _COMMON["custom_logit_processor"],
     "image_data": Unsupported(_NEVER_SET, "text only"),

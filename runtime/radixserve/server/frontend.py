@@ -15,11 +15,14 @@ from radixserve.messages import (
     AbortMsg,
     Heartbeat,
     IpcAddresses,
+    LoadLoRA,
+    LoRAReply,
     RequestFailed,
     SchedulerStats,
     TextOpMsg,
     TextOpReply,
     TokenizeMsg,
+    UnloadLoRA,
     UserReply,
     decode,
     encode,
@@ -156,6 +159,22 @@ class Frontend:
             raise APIError(reply.status, reply.message)
         if reply.error is not None:
             raise APIError(400 if reply.param else 500, reply.error, reply.param)
+        return reply
+
+    async def change_lora(self, msg: LoadLoRA | UnloadLoRA) -> LoRAReply:
+        """Ask the scheduler to load or unload an adapter and wait for its answer; APIError 503
+        if the server fails meanwhile."""
+        if self.failure:
+            raise APIError(503, f"the server is failing: {self.failure}")
+        queue: asyncio.Queue = asyncio.Queue()
+        self.routes[msg.uid] = queue
+        try:
+            self.to_scheduler.send(encode(msg))
+            reply = await self.next_reply(queue)
+        finally:
+            self.routes.pop(msg.uid, None)
+        if isinstance(reply, RequestFailed):
+            raise APIError(reply.status, reply.message)
         return reply
 
     async def next_reply(self, queue: asyncio.Queue) -> Any:

@@ -22,7 +22,7 @@ from radixserve.server.dispatch import Choice, Dispatch, ending_properly, sse
 from radixserve.server.errors import APIError, bad_value
 from radixserve.server.extensions import GENERATE, GENERATE_SAMPLING, refuse
 from radixserve.server.json_body import ParsedJsonRoute
-from radixserve.server.openai_api import check_model, prompt_list, reject_empty
+from radixserve.server.openai_api import check_model, prompt_list, reject_empty, requested_adapter
 from radixserve.server.protocol import MAX_N, GenerateRequest, GenerateSampling
 from radixserve.server.state import StateDep
 from radixserve.server.structured_output import check_json_schema
@@ -90,7 +90,8 @@ async def generate(req: GenerateRequest, raw: Request, s: StateDep):
         raise APIError(400, f"prompts × n must be at most {MAX_N}, got {len(prompts) * n}", "sampling_params.n")
     many = batch or n > 1  # SGLang's answer: a list of results, prompt by prompt, n each
     rid = req.rid or uuid.uuid4().hex
-    d = Dispatch(s.frontend, prompts, params, n, False, {"prompt": prompt_field})
+    d = Dispatch(s.frontend, prompts, params, n, False, {"prompt": prompt_field},
+                 lora=requested_adapter(s, req.model, req.lora_path))
 
     def result(c: Choice) -> dict[str, Any]:
         return _result(c, f"{rid}-{c.index}" if many else rid, params.max_tokens, t0)

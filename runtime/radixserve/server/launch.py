@@ -20,7 +20,7 @@ import uvicorn
 
 from radixserve import settings
 from radixserve.chat_template import read_chat_template
-from radixserve.config import ServerConfig
+from radixserve.config import ServerConfig, lora_path_pairs
 from radixserve.messages import IpcAddresses
 from radixserve.models.default_model import resolve_model_path
 from radixserve.models.generation import sampling_defaults
@@ -207,6 +207,7 @@ def serve(cfg: ServerConfig, sock: socket.socket | None = None, model_path: str 
                                                if cfg.sampling_defaults == "model" else {}))
         state.frontend.prompt_bound = PromptBound(info["max_seq_len"], info["max_token_chars"])
         state.server_info = _server_info(cfg, name, model_path, info)
+        state.adapters = lora_path_pairs(cfg.engine.lora_paths)
         if state.request_defaults:
             logger.info("sampling defaults from the model's generation_config.json for requests "
                         "that leave them out: %s (--sampling-defaults openai ignores them)",

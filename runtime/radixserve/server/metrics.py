@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from radixserve.messages import SchedulerStats
+from radixserve.server.lora_metrics import LoRAMetrics
 from radixserve.server.sglang_metrics import SGLangMetrics
 
 # NOTE: LLM latencies span decades: a decode step is milliseconds, a long prefill behind a queue is
@@ -19,6 +20,8 @@ _GAUGES = {
     "kv_pages_total": "KV cache pages in the pool",
     "evictable_tokens": "Prefix-cache tokens that can be evicted",
     "protected_tokens": "Prefix-cache tokens locked by running requests",
+    "host_kv_tokens": "Tokens the host KV tier holds (0 without one)",
+    "host_kv_tokens_total": "Host KV tier capacity in tokens (0 without one)",
 }
 
 
@@ -36,6 +39,10 @@ class ServerMetrics:
             "spec_draft_tokens": Counter("radixserve_spec_draft_tokens", "Speculative decoding: tokens drafted", registry=r),
             "spec_accepted_tokens": Counter("radixserve_spec_accepted_tokens", "Speculative decoding: drafted tokens the target kept", registry=r),
             "spec_verify_steps": Counter("radixserve_spec_verify_steps", "Speculative decoding: a request's steps that verified drafts", registry=r),
+            "retractions": Counter("radixserve_retractions", "Running requests retracted for lack of KV (optimistic admission); each is requeued and resumed", registry=r),
+            "retracted_tokens_recomputed": Counter("radixserve_retracted_tokens_recomputed", "KV tokens retracted requests had computed and computed again when re-admitted", registry=r),
+            "host_hit_tokens": Counter("radixserve_host_cache_hit_tokens", "Prompt tokens loaded back from the host KV tier", registry=r),
+            "host_written_tokens": Counter("radixserve_host_cache_written_tokens", "KV tokens copied to the host KV tier", registry=r),
         }
         self.gauges = {k: Gauge(f"radixserve_{k}", doc, registry=r) for k, doc in _GAUGES.items()}
         # NOTE: the autoscaling signal: pages the prefix cache keeps but could evict count as free
@@ -54,10 +61,13 @@ class ServerMetrics:
         self._last: dict[str, int] = dict.fromkeys(self.counters, 0)
         self.integrity.set(-1)
         self.sglang = SGLangMetrics(r)
+        self.lora = LoRAMetrics(r)
         self.last_stats: dict[str, int] = {}  # the scheduler's latest, for the load endpoints
 
     def on_stats(self, msg: SchedulerStats) -> None:
         self.last_stats = msg.stats
+        if msg.stats.get("lora_slots"):
+            self.lora.on_stats(msg.stats["lora_slots"], msg.lora)
         self.sglang.on_stats(msg.stats, msg.stats.get("prefix_hit_tokens", 0) - self._last["prefix_hit_tokens"])
         for key, gauge in self.gauges.items():
             if key in msg.stats:

@@ -64,9 +64,24 @@ def build_params(req: SamplingFields, max_tokens: int, logprobs: int | None,
         raise bad_value(e, names) from None
 
 
-def check_model(state: ServerState, model: str | None) -> None:
-    if model is not None and model not in (state.model_name, state.model_path):
-        raise APIError(404, f"The model {short(model)} does not exist; this server serves '{state.model_name}'.", "model", "model_not_found")
+def check_model(state: ServerState, model: str | None) -> str | None:
+    """The LoRA adapter a request's `model` names ("NAME" or "BASE:NAME", vLLM's and SGLang's
+    forms), None for the base model; a 404 naming what is served for anything else."""
+    if model is None or model in (state.model_name, state.model_path):
+        return None
+    adapter = model.removeprefix(f"{state.model_name}:")
+    if adapter in state.adapters:
+        return adapter
+    served = ", ".join(f"'{n}'" for n in (state.model_name, *sorted(state.adapters)))
+    raise APIError(404, f"The model {short(model)} does not exist; this server serves {served}.",
+                   "model", "model_not_found")
+
+
+def requested_adapter(state: ServerState, model: str | None, lora_path: str | None) -> str | None:
+    """The LoRA adapter a request runs with: SGLang's `lora_path` field when given (the name of
+    a served adapter), else the one its `model` names; each checked as `check_model` checks."""
+    by_model = check_model(state, model)
+    return by_model if lora_path is None else check_model(state, lora_path)
 
 
 def reasoning_parser(state: ServerState, grammar: Constraint | None) -> str | None:
@@ -214,11 +229,11 @@ def check_stream_options(req: SamplingFields) -> None:
 
 async def _run(state: ServerState, raw: Request, req: SamplingFields, prompts: list[Prompt], params: SamplingParams,
                auto_max: bool, kind: str, with_logprobs: bool, names: dict[str, str], tools: ToolPlan | None = None,
-               echo: Echo | None = None):
-    d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names)
+               echo: Echo | None = None, lora: str | None = None):
+    d = Dispatch(state.frontend, prompts, params, req.n, auto_max, names, lora)
     rid, created = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}", int(time.time())
     head = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion",
-            "created": created, "model": state.model_name}
+            "created": created, "model": lora or state.model_name}
     plan = tools or ToolPlan("none")
     if not req.stream:
         choices = await d.collect(raw)
@@ -324,7 +339,7 @@ def _chat_grammar(state: ServerState, req: ChatCompletionRequest) -> tuple[ToolP
 
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, raw: Request, state: StateDep):
-    check_model(state, req.model)
+    lora = requested_adapter(state, req.model, req.lora_path)
     refuse_unsupported(req, "chat")
     check_stream_options(req)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -342,12 +357,13 @@ async def chat_completions(req: ChatCompletionRequest, raw: Request, state: Stat
     options = template_options(req.messages, req.add_generation_prompt, req.continue_final_message,
                                req.chat_template_kwargs)
     prompts = [Prompt(chat=chat_messages(req.messages), tools=plan.tools_json, **options)]
-    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan)
+    return await _run(state, raw, req, prompts, params, limit is None, "chat", req.logprobs, names, plan,
+                      lora=lora)
 
 
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, raw: Request, state: StateDep):
-    check_model(state, req.model)
+    lora = requested_adapter(state, req.model, req.lora_path)
     refuse_unsupported(req, "completion")
     check_stream_options(req)
     grammar = await run_in_threadpool(request_constraint, req)  # (a schema's check: CPU work)
@@ -363,21 +379,26 @@ async def completions(req: CompletionRequest, raw: Request, state: StateDep):
         # the prompt's logprobs, or its text from token ids: every prompt token is computed
         params = dataclasses.replace(params, prompt_logprobs=req.logprobs or 0)
     return await _run(state, raw, req, prompts, params, False, "completion", req.logprobs is not None, names,
-                      echo=echo)
+                      echo=echo, lora=lora)
 
 
 def model_card(state: ServerState) -> dict:
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "radixserve",
-            "root": state.model_name, "max_model_len": state.max_seq_len}  # never a filesystem path
+            "root": state.model_name, "parent": None, "max_model_len": state.max_seq_len}  # never a path
 
 
 @router.get("/v1/models")
 async def models(state: StateDep) -> dict:
-    return {"object": "list", "data": [model_card(state)]}
+    """The base model, then each LoRA adapter with its `parent` (vLLM's cards); never a path."""
+    card = model_card(state)
+    adapters = [card | {"id": name, "root": name, "parent": state.model_name} for name in sorted(state.adapters)]
+    return {"object": "list", "data": [card, *adapters]}
 
 
 @router.get("/v1/models/{model:path}")  # (a hub id has a slash: "Qwen/Qwen3-8B")
 async def model(model: str, state: StateDep) -> dict:
-    """`client.models.retrieve(id)`: the served model's card, or 404 `model_not_found`."""
-    check_model(state, model)
-    return model_card(state)
+    """`client.models.retrieve(id)`: the served model's card or an adapter's (`parent`: the
+    base), or 404 `model_not_found`."""
+    adapter = check_model(state, model)
+    card = model_card(state)
+    return card if adapter is None else card | {"id": adapter, "root": adapter, "parent": state.model_name}

@@ -55,6 +55,9 @@ class StreamOptions(_Strict):
 
 class SamplingFields(_Strict):
     model: Text | None = None
+    # SGLang's field: the LoRA adapter to run with, beside `model` (what a gateway that knows only
+    # the base model's name, the SGLang model gateway, passes through unchanged)
+    lora_path: Text | None = None
     max_tokens: int | None = Field(None, **BOUNDS["max_tokens"].pydantic())
     temperature: float = Field(1.0, **BOUNDS["temperature"].pydantic())
     top_p: float = Field(1.0, **BOUNDS["top_p"].pydantic())
@@ -262,6 +265,7 @@ class GenerateRequest(_Strict):
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     stream: bool = False
     model: Text | None = None
+    lora_path: Text | None = None  # SGLang's field: the name of the LoRA adapter to run with
     rid: Annotated[str, Field(max_length=128), AfterValidator(_unicode)] | None = None  # meta_info.id
     return_text_in_logprobs: bool = False
     # refused unless at the value that changes nothing (server/extensions.py)
@@ -269,10 +273,24 @@ class GenerateRequest(_Strict):
     top_logprobs_num: int | None = None
     logprob_start_len: int | None = None
     return_hidden_states: bool | None = None
-    lora_path: Text | None = None
     session_params: dict[str, Any] | None = None
     custom_logit_processor: Text | None = None
     image_data: Any = None
+
+
+class LoadLoRARequest(_Strict):
+    """`/load_lora_adapter` (SGLang's; also vLLM's `/v1/...`): serve the PEFT adapter at
+    `lora_path` (a directory the server can read) as `lora_name`. Other fields (SGLang's
+    `pinned`) are accepted and ignored."""
+
+    lora_name: Annotated[Text, Field(min_length=1, max_length=256)]
+    lora_path: Annotated[Text, Field(min_length=1, max_length=4096)]
+
+
+class UnloadLoRARequest(_Strict):
+    """`/unload_lora_adapter` (also vLLM's `/v1/...`): stop serving adapter `lora_name`."""
+
+    lora_name: Annotated[Text, Field(min_length=1, max_length=256)]
 
 
 class TokenizeRequest(_Strict):

@@ -31,6 +31,7 @@ from radixserve.server.openai_api import (
     chat_messages,
     check_model,
     output_grammar,
+    requested_adapter,
     template_options,
 )
 from radixserve.server.protocol import (
@@ -109,14 +110,14 @@ def _chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
 class _Shape:
     """One response's ids and its fixed fields, shared by the final object and the stream."""
 
-    def __init__(self, state: ServerState, req: ResponsesRequest) -> None:
+    def __init__(self, state: ServerState, req: ResponsesRequest, lora: str | None = None) -> None:
         self.id = f"resp_{uuid.uuid4().hex}"
         self.msg_id, self.rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
         self.call_ids: dict[str, str] = {}  # a call's call_id -> its item's id
         self.created = int(time.time())
         choice = req.tool_choice or "auto"
         self.head = {"id": self.id, "object": "response", "created_at": self.created,
-                     "model": state.model_name, "instructions": req.instructions,
+                     "model": lora or state.model_name, "instructions": req.instructions,
                      "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
                      "temperature": req.temperature, "top_p": req.top_p,
                      "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
@@ -194,6 +195,7 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
     check_model(state, req.model)
     refuse_unsupported(req, "responses")
     chat = _chat_request(req)
+    lora = requested_adapter(state, req.model, chat.lora_path)
     try:
         plan = await run_in_threadpool(plan_tools, chat, state.tool_parser)  # (schema checks: CPU)
     except APIError as e:  # the field as this route names it: no `function` level
@@ -207,8 +209,8 @@ async def responses(req: ResponsesRequest, raw: Request, state: StateDep):
                           grammar, state.request_defaults)
     prompts = [Prompt(chat=chat_messages(chat.messages), tools=plan.tools_json,
                       **template_options(chat.messages, True, False, None))]
-    d = Dispatch(state.frontend, prompts, params, 1, limit is None, names)
-    shape = _Shape(state, req)
+    d = Dispatch(state.frontend, prompts, params, 1, limit is None, names, lora)
+    shape = _Shape(state, req, lora)
     if not req.stream:
         c = (await d.collect(raw))[0]
         out = plan.new_output()

@@ -34,6 +34,8 @@ class ServerState:
     loop: asyncio.AbstractEventLoop | None = None  # the server's, for the supervisor thread
     probe: asyncio.Future | None = None  # the /health_generate generation in progress
     server_info: ServerInfo | None = None  # the configuration a gateway reads (`sglang_api.py`)
+    # the LoRA adapters served, name -> path (as the scheduler last reported them)
+    adapters: dict[str, str] = field(default_factory=dict)
 
     def unhealthy_reason(self) -> str | None:
         if self.dead_child:

@@ -29,7 +29,9 @@ class Speculator:
         p = req.params
         if p.has_penalties or req.grammar is not None or p.constrained:
             return 0
-        return max(0, p.max_tokens - len(req.output_ids) - 1)
+        # and no more than the KV slots it holds past its next token (optimistic admission
+        # grows them a page at a time: `Scheduler._grow_draft_kv`)
+        return max(0, min(p.max_tokens - len(req.output_ids), req.num_slots - req.kv_len) - 1)
 
     def may_draft(self, reqs: list[Req]) -> bool:
         """Whether any of the requests may draft in the next step (its step then reads the tokens

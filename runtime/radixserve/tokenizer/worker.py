@@ -67,7 +67,7 @@ class TokenizerWorker:
             logger.exception("tokenizer: could not tokenize request %d", msg.uid)
             send(self.to_api, [RequestFailed(msg.uid, "internal error while tokenizing the prompt", status=500)])
             return
-        send(self.to_scheduler, UserMsg(msg.uid, ids, msg.params, msg.auto_max_tokens))
+        send(self.to_scheduler, UserMsg(msg.uid, ids, msg.params, msg.auto_max_tokens, msg.lora))
 
     def _detokenize(self, msgs: list[Any]) -> None:
         replies: list[Any] = []

@@ -1,0 +1,138 @@
+"""Many LoRA adapters in one batch: the low-rank update `y += (x @ A.T) @ B.T` of each token by
+the adapter of its request, as two grouped GEMMs (SGMV-style, one launch each whatever the
+number of adapters): `lora_shrink` (x [T, in] into the rank space, v [T, P*R]) and
+`lora_expand_` (v back onto the layer's output y [T, out], in place).
+
+The weights of every adapter slot live in one stack per layer: `a` [S, P*R, in] holds each of
+the layer's P fused projections' A (q, k, v of a fused qkv; gate, up of gate-up; P = 1
+otherwise) in its own R rows, R the pool's largest rank; `b` [S, out, R] holds each projection's
+B in its own output rows (`part_bounds`), its scaling folded in. An adapter of a smaller rank, or
+one that leaves a projection out, has zeros there.
+
+Tokens are grouped by slot once a forward (`lora_groups`, on the device, no host sync, so a CUDA
+graph captures it): the grid has one axis over the slots, and a program whose slot has fewer
+tokens than its block's start returns at once; the base model's tokens (slot -1) belong to no
+group and keep the layer's output as it is.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+import torch
+
+from radixserve_kernels._utils import cdiv, dot_precision
+
+# the shrink's K (the layer's input) is cut into splits of at least this many columns, summed
+# after: the rank is small, so a long input (a down projection's) would leave a decode step a
+# handful of programs each streaming its whole A; a shorter one takes no split, whose sum would
+# cost two launches more than the stream it saves
+SHRINK_SPLIT_COLS = 4096
+
+
+class LoRAGroups(NamedTuple):
+    """The tokens of a batch grouped by adapter slot. `slots` [T] int32 (-1: the base model);
+    `order` [T] int32, the token indices sorted by slot (base tokens last); `starts` and `counts`
+    [S] int32: where slot s's tokens begin in `order`, and how many there are."""
+
+    slots: torch.Tensor
+    order: torch.Tensor
+    starts: torch.Tensor
+    counts: torch.Tensor
+
+
+def lora_groups(slots: torch.Tensor, num_slots: int) -> LoRAGroups:
+    """Group tokens by slot, on the device without a host sync (capturable)."""
+    key = torch.where(slots < 0, num_slots, slots).long()
+    # NOTE: not torch.bincount, which reads the values' range on the host under CUDA
+    counts = torch.zeros(num_slots + 1, dtype=torch.int64, device=slots.device)
+    counts.scatter_add_(0, key, torch.ones_like(key))
+    starts = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(key, stable=True)
+    return LoRAGroups(slots.to(torch.int32), order.to(torch.int32),
+                      starts[:num_slots].to(torch.int32), counts[:num_slots].to(torch.int32))
+
+
+def _slot_rows(groups: LoRAGroups) -> list[tuple[int, torch.Tensor]]:
+    """(slot, its token indices) for each slot present (reads the slots on the host)."""
+    slots = groups.slots.long()
+    return [(s, torch.nonzero(slots == s).flatten()) for s in torch.unique(slots).tolist() if s >= 0]
+
+
+def lora_shrink_ref(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
+    """v [T, P*R] = x @ a[slot].T per token (x's dtype); zero rows for the base model's tokens."""
+    v = torch.zeros(x.shape[0], a.shape[1], dtype=x.dtype, device=x.device)
+    for s, rows in _slot_rows(groups):
+        v[rows] = x[rows] @ a[s].T
+    return v
+
+
+def lora_expand_ref(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,
+                    part_bounds: tuple[int, ...]) -> torch.Tensor:
+    """y[:, lo_p:hi_p] += v[:, p*R:(p+1)*R] @ b[slot, lo_p:hi_p].T per token and projection p
+    (`part_bounds` = lo_0, hi_0 = lo_1, ..., hi_P-1), in place; returns y."""
+    rank = b.shape[2]
+    for s, rows in _slot_rows(groups):
+        for p, (lo, hi) in enumerate(itertools.pairwise(part_bounds)):
+            delta = v[rows, p * rank:(p + 1) * rank] @ b[s, lo:hi].T
+            y[rows, lo:hi] += delta
+    return y
+
+
+def _shrink_splits(k: int) -> int:
+    return max(1, k // SHRINK_SPLIT_COLS)
+
+
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
+    """Triton twin of `lora_shrink_ref` for x [T, in] (last dim contiguous), a [S, P*R, in]
+    contiguous. The rows of base-model tokens are left unwritten (nothing reads them)."""
+    from radixserve_kernels._jit.lora import lora_gemm_kernel
+
+    t, k = x.shape
+    num_slots, n, _ = a.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    splits = _shrink_splits(k)
+    out_dtype = x.dtype if splits == 1 else torch.float32
+    out = torch.empty(splits, t, n, dtype=out_dtype, device=x.device)
+    if t == 0:
+        return out[0].to(x.dtype)
+    block_m, block_n, block_k = 16, 16, (128 if x.dtype != torch.float32 else 64)
+    k_split = cdiv(cdiv(k, splits), block_k) * block_k
+    grid = (cdiv(t, block_m), cdiv(n, block_n) * splits, num_slots)
+    lora_gemm_kernel[grid](
+        x, a, out, groups.order, groups.starts, groups.counts,
+        n, k, k_split, x.stride(0), a.stride(0), a.stride(1), out.stride(1), out.stride(0),
+        n, n, 0,
+        SPLITS=splits, NUM_PARTS=1, ACCUMULATE=False,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(x.dtype),
+        num_warps=4, num_stages=2,
+    )
+    return out[0] if splits == 1 else out.sum(0).to(x.dtype)
+
+
+def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,
+                 part_bounds: tuple[int, ...]) -> torch.Tensor:
+    """Triton twin of `lora_expand_ref`: y [T, out] (rows may be strided, last dim contiguous)
+    updated in place, v [T, P*R], b [S, out, R] contiguous; at most 3 projections."""
+    from radixserve_kernels._jit.lora import lora_gemm_kernel
+
+    t, n = y.shape
+    num_slots, _, rank = b.shape
+    parts = len(part_bounds) - 1
+    assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
+    assert y.stride(-1) == 1 and v.stride(-1) == 1, "y and v need contiguous rows"
+    if t == 0:
+        return y
+    ends = list(part_bounds[1:-1]) + [n] * (3 - parts)  # where projections 0 and 1 end
+    block_m, block_n, block_k = 16, 64, 16
+    grid = (cdiv(t, block_m), cdiv(n, block_n), num_slots)
+    lora_gemm_kernel[grid](
+        v, b, y, groups.order, groups.starts, groups.counts,
+        n, rank, rank, v.stride(0), b.stride(0), b.stride(1), y.stride(0), 0,
+        ends[0], ends[1], rank,
+        SPLITS=1, NUM_PARTS=parts, ACCUMULATE=True,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(y.dtype),
+        num_warps=4, num_stages=2,
+    )
+    return y
