@@ -138,6 +138,8 @@ RULES: tuple[Rule, ...] = (
         "!self.lora.adapters.exists(a, a.name == self.model.servedName)",
         "an adapter cannot take the model's servedName",
         ".lora.adapters",
+    ),
+    Rule(
         "runtime.hierarchicalCache",
         "has(self.size) != has(self.ratio)",
         "set exactly one of size, ratio",
