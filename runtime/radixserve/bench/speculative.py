@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -19,6 +19,11 @@ from radixserve.bench.clock import device_sync
 from radixserve.bench.workload import _WORDS
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.speculative.drafter import BaseDrafter
+from radixserve.speculative.speculator import Speculator
+
+if TYPE_CHECKING:
+    from radixserve.core.request import Req
 
 WORKLOADS = ("repeat", "chat", "random")
 
@@ -85,3 +90,59 @@ def warm(sched: Scheduler, reqs: list[Prompted]) -> None:
     run(sched, reqs[:2], 2, uid0=10**9)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+class ReplayDrafter(BaseDrafter):
+    """The bracket of `--bracket` (random weights give no real acceptance to measure): drafts
+    each request's continuation recorded from a plain run (`keep`: every draft is kept and drafting
+    costs nothing, the ceiling of the verify machinery) or tokens that differ from it at every
+    position (none kept: the floor, what speculation costs where it fails, back-off included)."""
+
+    def __init__(self, recorded: dict[tuple[int, ...], list[int]], keep: bool, vocab: int) -> None:
+        self.recorded, self.keep, self.vocab = recorded, keep, vocab
+
+    @classmethod
+    def create(cls, engine_cfg, cfg, target, context) -> ReplayDrafter:
+        raise TypeError("the bench's ReplayDrafter is made by the bench, not by a flag")
+
+    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
+        out = []
+        for r, n in zip(reqs, lengths):
+            pos = len(r.output_ids)
+            toks = self.recorded[tuple(r.input_ids)][pos: pos + n]
+            out.append(toks if self.keep else [(t + 1) % self.vocab for t in toks])
+        return out
+
+
+def record(sched: Scheduler, reqs: list[Prompted], batch: int) -> dict[tuple[int, ...], list[int]]:
+    """Each request's greedy tokens from a plain run (speculation off), `batch` at a time."""
+    spec, sched.spec = sched.spec, None
+    out: dict[int, list[int]] = {}
+    for g in range(0, len(reqs), batch):
+        for uid in range(g, min(g + batch, len(reqs))):
+            sched.add_request(uid, reqs[uid].input_ids, reqs[uid].params)
+        while sched.has_work:
+            for o in sched.step():
+                out.setdefault(o.uid, []).append(o.token_id)
+    sched.spec = spec
+    return {tuple(r.input_ids): out[uid] for uid, r in enumerate(reqs)}
+
+
+def bracket(sched: Scheduler, reqs: list[Prompted], batch_sizes: list[int],
+            draft_tokens: list[int]) -> None:
+    """Plain decoding, then the ceiling and the floor for each number of draft tokens, on one
+    scheduler (same KV pool and CUDA graphs), each batch size in turn; prints a row each."""
+    spec = sched.spec
+    for bs in batch_sizes:
+        recorded = record(sched, reqs, bs)
+        sched.spec = None
+        warm(sched, reqs)
+        base = run(sched, reqs, bs, uid0=10**6)
+        print(f"batch {bs:>4} plain {base.tokens_per_s:10.1f} output tok/s", flush=True)
+        for k in draft_tokens:
+            for keep, label in ((True, "ceiling"), (False, "floor")):
+                sched.spec = Speculator(ReplayDrafter(recorded, keep, sched.vocab_size), k)
+                r = run(sched, reqs, bs, uid0=10**6)
+                print(f"batch {bs:>4} {label:<7} k={k} {r.tokens_per_s:10.1f} output tok/s "
+                      f"{r.tokens_per_s / base.tokens_per_s:6.3f}x plain  {r.drafts()}", flush=True)
+    sched.spec = spec

@@ -141,6 +141,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     spec.add_argument("--max-tokens", type=int, default=128)
     spec.add_argument("--draft-preset", default=None, metavar="NAME",
                       help="--speculative-draft-model-path as a model shape (with --dummy-weights)")
+    spec.add_argument("--bracket", type=int, nargs="+", default=None, metavar="K",
+                      help="random workload only: plain decoding, then the ceiling (a drafter "
+                           "replaying plain decoding's tokens: all kept, free to draft) and the "
+                           "floor (none kept) with K draft tokens, for each K given")
     spec.set_defaults(func=run_speculative)
     hc = bsub.add_parser("host-copy", help="the host KV tier's copy rate (GB/s) both ways against "
                          "a plain pinned copy (CUDA)")
@@ -423,6 +427,14 @@ def run_speculative(args: argparse.Namespace) -> int:
         raise SystemExit("bench speculative: give --speculative-algorithm (and its options)")
     if bad := sorted(set(args.workloads) - set(bench.WORKLOADS)):
         raise SystemExit(f"bench speculative: --workloads takes {', '.join(bench.WORKLOADS)}, got {bad}")
+    if args.bracket:
+        if args.workloads != ["random"]:
+            raise SystemExit("bench speculative: --bracket runs the random workload: add --workloads random")
+        with scheduler_group(eng, sch) as sched:
+            reqs = bench.workload("random", sched.model_path, args.num_prompts, args.max_tokens,
+                                  sched.vocab_size)
+            bench.bracket(sched, reqs, args.batch_sizes, args.bracket)
+        return 0
     plain = dataclasses.replace(sch, speculative_algorithm="none", speculative_draft_model_path=None)
     runs: dict[str, list] = {}
     for label, cfg in (("plain", plain), (sch.speculative_algorithm, sch)):

@@ -29,9 +29,7 @@ class Speculator:
         p = req.params
         if p.has_penalties or req.grammar is not None or p.constrained:
             return 0
-        # and no more than the KV slots it holds past its next token (optimistic admission
-        # grows them a page at a time: `Scheduler._grow_draft_kv`)
-        return max(0, min(p.max_tokens - len(req.output_ids), req.num_slots - req.kv_len) - 1)
+        return max(0, p.max_tokens - len(req.output_ids) - 1)
 
     def may_draft(self, reqs: list[Req]) -> bool:
         """Whether any of the requests may draft in the next step (its step then reads the tokens
@@ -40,7 +38,10 @@ class Speculator:
 
     def plan(self, reqs: list[Req]) -> dict[Req, list[int]]:
         """The drafts of the requests that draft this step (none drafted: absent)."""
-        lengths = [min(self.lengths.next(r.uid), self._may_draft(r)) for r in reqs]
+        # no more drafts than the KV slots it holds past its next token (optimistic admission
+        # grows them where pages are free: `Scheduler._grow_draft_kv`)
+        lengths = [max(0, min(self.lengths.next(r.uid), self._may_draft(r),
+                              r.num_slots - r.kv_len - 1)) for r in reqs]
         if not any(lengths):
             return {}
         proposals = self.drafter.propose(reqs, lengths)
