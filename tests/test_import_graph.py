@@ -30,7 +30,8 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"layers", "kvcache", "tokenizer", "constrained", "postprocess"}),
     frozenset({"models", "lora"}),
     frozenset({"attention", "engine"}),
-    frozenset({"ranks"}),  # the scheduler's processes: spawn, join, channel, heartbeat
+    # the scheduler's processes (spawn, join, channel, heartbeat); speculative decoding's drafters
+    frozenset({"ranks", "speculative"}),
     frozenset({"scheduler"}),
     frozenset({"offline", "llm", "testing"}),
     frozenset({"server", "bench"}),

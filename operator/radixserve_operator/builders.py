@@ -6,7 +6,9 @@ A hub model is downloaded by an init container (`radixserve download`, the same 
 cache mount, and the hub token, which only it gets) before the server starts; the server then runs
 with HF_HUB_OFFLINE=1, so its startup window is spent loading, never downloading. So are the LoRA
 adapters of spec.lora from the hub, one init container each; a pvc:// adapter's claim is mounted
-read-only; the server gets them all in --lora-paths.
+read-only; the server gets them all in --lora-paths. And so is the draft model of spec.speculative
+(by its own init container from the hub, or on a read-only mount of its claim), which the server
+gets in --speculative-draft-model-path.
 
 Every pod meets the Pod Security Standard `restricted` (non-root, no privilege escalation, every
 capability dropped, the runtime's seccomp profile); what a resource adds is checked against the
@@ -33,7 +35,7 @@ from radixserve_operator import (
     SERVER_PORT,
 )
 from radixserve_operator.quantity import quantity_bytes
-from radixserve_operator.spec import API_KEY_ENV, AdapterSpec, ProbeTiming, ServiceSpec
+from radixserve_operator.spec import API_KEY_ENV, AdapterSpec, ProbeTiming, ServiceSpec, pvc_source
 
 CONTAINER = "server"
 INIT_CONTAINER = "model-download"
@@ -42,6 +44,9 @@ CACHE_DIR = "/models-cache"
 SOURCE_DIR = "/models"  # pvc:// sources mount at /models/CLAIM
 LORA_DIR = "/lora"  # pvc:// adapters' claims mount at /lora/CLAIM
 LORA_INIT_CONTAINER = "lora-download"  # one a hub adapter: lora-download-0, -1, …
+DRAFT_DIR = "/draft"  # a pvc:// draft model's claim mounts at /draft/CLAIM (unless mounted already)
+DRAFT_INIT_CONTAINER = "draft-download"
+DRAFT_VOLUME = "draft-source"
 RUN_AS = 1000
 # NOTE: containers set `args` only, never `command`, so they run through the image's ENTRYPOINT:
 # ours is this (tini as PID 1 forwards SIGTERM to the server and reaps the scheduler, tokenizer and
@@ -134,18 +139,23 @@ def server_args(spec: ServiceSpec, tp: int) -> list[str]:
     for flag, value in optional:
         if value is not None:
             args += [flag, str(value)]
-    return args + lora_args(spec) + list(rt.extra_args)
+    return args + lora_args(spec) + speculative_args(spec) + list(rt.extra_args)
 
 
-def adapter_arg(spec: ServiceSpec, adapter: AdapterSpec) -> str:
-    """Where the server reads an adapter: its hub id (found in the cache the init container
-    filled), its claim's mount, or its path."""
-    pvc = adapter.pvc
-    if pvc is None:
-        return adapter.source
+def claim_root(spec: ServiceSpec, claim: str) -> str:
+    """Where a claim of a pvc:// source is mounted: once, as the model's, else as an adapter's,
+    else as the draft model's."""
     model_pvc = spec.model.pvc
-    root = SOURCE_DIR if model_pvc is not None and model_pvc[0] == pvc[0] else LORA_DIR
-    return f"{root}/{pvc[0]}/{pvc[1]}"
+    if model_pvc is not None and model_pvc[0] == claim:
+        return SOURCE_DIR
+    return LORA_DIR if claim in adapter_claims(spec) else DRAFT_DIR
+
+
+def source_arg(spec: ServiceSpec, source: str) -> str:
+    """Where the server reads a side source (an adapter, a draft model): its hub id (found in the
+    cache the init container filled), its claim's mount, or its path."""
+    pvc = pvc_source(source)
+    return source if pvc is None else f"{claim_root(spec, pvc[0])}/{pvc[0]}/{pvc[1]}"
 
 
 def lora_args(spec: ServiceSpec) -> list[str]:
@@ -158,8 +168,39 @@ def lora_args(spec: ServiceSpec) -> list[str]:
     if lora.max_lora_rank is not None:
         args += ["--max-lora-rank", str(lora.max_lora_rank)]
     if lora.adapters:
-        args += ["--lora-paths", *(f"{a.name}={adapter_arg(spec, a)}" for a in lora.adapters)]
+        args += ["--lora-paths", *(f"{a.name}={source_arg(spec, a.source)}" for a in lora.adapters)]
     return args
+
+
+def speculative_args(spec: ServiceSpec) -> list[str]:
+    s = spec.speculative
+    if s is None:
+        return []
+    draft = None if s.draft_model is None else source_arg(spec, s.draft_model.source)
+    args = ["--speculative-algorithm", s.algorithm]
+    for flag, value in (
+        ("--speculative-num-draft-tokens", s.num_draft_tokens),
+        ("--speculative-draft-model-path", draft),
+        ("--speculative-ngram-min-match-window-size", s.min_match_window),
+        ("--speculative-ngram-max-match-window-size", s.max_match_window),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def hub_draft(spec: ServiceSpec) -> str | None:
+    """The draft model's hub id, which an init container fetches; None for a path or pvc://."""
+    s = spec.speculative
+    return None if s is None or s.draft_model is None else s.draft_model.hub_id
+
+
+def draft_claim(spec: ServiceSpec) -> str | None:
+    """The claim of a pvc:// draft model where it needs a mount of its own (not the model's or an
+    adapter's claim)."""
+    s = spec.speculative
+    pvc = None if s is None or s.draft_model is None else s.draft_model.pvc
+    return pvc[0] if pvc is not None and claim_root(spec, pvc[0]) == DRAFT_DIR else None
 
 
 def hub_adapters(spec: ServiceSpec) -> list[AdapterSpec]:
@@ -248,8 +289,9 @@ def downloads(spec: ServiceSpec) -> bool:
 
 
 def fetches(spec: ServiceSpec) -> bool:
-    """Whether any init container downloads: the model, or a LoRA adapter from the hub."""
-    return downloads(spec) or bool(hub_adapters(spec))
+    """Whether any init container downloads: the model, a LoRA adapter or the draft model from
+    the hub."""
+    return downloads(spec) or bool(hub_adapters(spec)) or hub_draft(spec) is not None
 
 
 def runtime_startup_timeout(spec: ServiceSpec) -> int:
@@ -369,6 +411,10 @@ def _volumes(spec: ServiceSpec) -> tuple[list[dict[str, Any]], list[dict[str, An
         name = f"lora-source-{i}"
         volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": name, "mountPath": f"{LORA_DIR}/{claim}", "readOnly": True})
+    if (claim := draft_claim(spec)) is not None:
+        volumes.append({"name": DRAFT_VOLUME,
+                        "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": DRAFT_VOLUME, "mountPath": f"{DRAFT_DIR}/{claim}", "readOnly": True})
     t = spec.pod_template
     user_mounts = (t.get("container") or {}).get("volumeMounts") or []
     return merge_by("name", volumes, t.get("volumes") or []), merge_by(
@@ -432,10 +478,10 @@ def _init_container(
     spec: ServiceSpec, mounts: list[dict[str, Any]], server_resources: dict[str, Any],
     name: str = INIT_CONTAINER, args: list[str] | None = None,
 ) -> dict[str, Any]:
-    """`radixserve download` into the cache (the model's, else `args`: an adapter's): the
-    server's image, env, mounts and security. Its CPU/memory are the server's (never the GPUs),
-    so the pod asks the scheduler for no more than the server alone (a pod's request is the
-    larger of its init containers' and the sum of its containers')."""
+    """`radixserve download` into the cache (the model's, else `args`: an adapter's or the draft
+    model's): the server's image, env, mounts and security. Its CPU/memory are the server's (never
+    the GPUs), so the pod asks the scheduler for no more than the server alone (a pod's request is
+    the larger of its init containers' and the sum of its containers')."""
     gpu = spec.gpu.resource_name
     resources = {
         part: {k: v for k, v in values.items() if k != gpu}
@@ -524,6 +570,11 @@ def _pod_spec(spec: ServiceSpec, tp: int) -> dict[str, Any]:
         },
     }
     inits = [_init_container(spec, mounts, server["resources"])] if downloads(spec) else []
+    if (draft := hub_draft(spec)) is not None:
+        # NOTE: no --revision: RADIXSERVE_MODEL_REVISION is the one the server reads the draft
+        # at, and the CRD's rules leave it unset beside a hub draft model
+        inits.append(_init_container(spec, mounts, server["resources"], DRAFT_INIT_CONTAINER,
+                                     ["download", draft]))
     for i, adapter in enumerate(hub_adapters(spec)):
         # NOTE: the repo's main branch: RADIXSERVE_MODEL_REVISION is the model's revision
         inits.append(_init_container(spec, mounts, server["resources"], f"{LORA_INIT_CONTAINER}-{i}",

@@ -16,7 +16,7 @@ from radixserve_operator import (
     SINGULAR,
     VERSION,
 )
-from radixserve_operator.rules import ROOT, validations
+from radixserve_operator.rules import NGRAM_WINDOW_DEFAULTS, ROOT, validations
 
 # Kubernetes' quantity grammar with bounded digits and exponent and no sign: parsing one is cheap
 # (`quantity.py`) and a negative size or a 10^1000000 never reaches the operator.
@@ -49,6 +49,14 @@ ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 MAX_ADAPTERS = 64
 MAX_LORA_RANK = 256  # the runtime's --max-lora-rank bound
+# Speculative decoding: the runtime's bounds of --speculative-num-draft-tokens and of the ngram
+# match windows (a test keeps them, and rules.NGRAM_WINDOW_DEFAULTS, equal to radixserve.config's)
+MAX_DRAFT_TOKENS = 16
+MAX_NGRAM_WINDOW = 64
+SPECULATIVE_ALGORITHMS = ["ngram", "draft"]
+# A source a pod fetches or mounts beside the model (a LoRA adapter, a draft model): never a flag,
+# no control characters; its forms (hub id, pvc://, absolute path) are a rule's (rules.py)
+SOURCE_PATTERN = r"^[^-\x00-\x20][^\x00-\x1f]*$"
 TP_SIZES = [1, 2, 4, 8]  # one replica is one pod: no node holds more than 8 GPUs
 PAGE_SIZES = [2**i for i in range(11)]  # the runtime wants a power of two
 
@@ -346,7 +354,8 @@ def _runtime() -> dict[str, Any]:
                 "maxItems": 64,
                 "items": _str(maxLength=4096),
                 "description": "Appended to the server's command line; flags the operator sets "
-                "(--model, --tp, --host, --port, --device, --api-key) are refused.",
+                "(--model, --tp, --host, --port, --device, --api-key, and those of lora and "
+                "speculative) are refused.",
             },
         },
         default={},
@@ -556,7 +565,7 @@ def _lora() -> dict[str, Any]:
             "source": _str(
                 minLength=1,
                 maxLength=1024,
-                pattern=r"^[^-\x00-\x20][^\x00-\x1f]*$",  # never a flag, no control characters
+                pattern=SOURCE_PATTERN,
                 description="A Hugging Face hub id (org/name; fetched by the pod's init "
                 "container into the model cache, as the model), pvc://CLAIM/path (mounted "
                 "read-only), or an absolute path inside the pod. A PEFT LoRA adapter: "
@@ -590,6 +599,64 @@ def _lora() -> dict[str, Any]:
         "model's name (what the router passes through). More can be loaded at run time through "
         "the server's /load_lora_adapter.",
         **validations("lora"),
+    )
+
+
+def _speculative() -> dict[str, Any]:
+    window = f"1-{MAX_NGRAM_WINDOW}"
+    return _obj(
+        {
+            "algorithm": _str(
+                enum=SPECULATIVE_ALGORITHMS,
+                description="ngram: drafts looked up in the request's own prompt and output; "
+                "draft: drafts from a smaller model sharing the target's tokenizer (draftModel) "
+                "(--speculative-algorithm).",
+            ),
+            "numDraftTokens": _int(
+                1, MAX_DRAFT_TOKENS, description="The most tokens drafted for a request in one "
+                "step (--speculative-num-draft-tokens; runtime default 4)."
+            ),
+            "draftModel": _obj(
+                {
+                    "source": _str(
+                        minLength=1,
+                        maxLength=1024,
+                        pattern=SOURCE_PATTERN,
+                        description="A Hugging Face hub id (org/name; fetched by the pod's init "
+                        "container into the model cache, as the model), pvc://CLAIM/path "
+                        "(mounted read-only), or an absolute path inside the pod "
+                        "(--speculative-draft-model-path).",
+                        **validations("speculative.draftModel.source"),
+                    ),
+                },
+                required=["source"],
+                description="algorithm draft (required there, and only there): the draft model, "
+                "a smaller model with the target's vocabulary.",
+            ),
+            "ngram": _obj(
+                {
+                    "minMatchWindow": _int(
+                        1, MAX_NGRAM_WINDOW, description="The shortest suffix of a request's "
+                        f"tokens looked up earlier in them ({window}; "
+                        "--speculative-ngram-min-match-window-size; runtime default "
+                        f"{NGRAM_WINDOW_DEFAULTS[0]})."
+                    ),
+                    "maxMatchWindow": _int(
+                        1, MAX_NGRAM_WINDOW, description="The longest suffix looked up "
+                        f"({window}; --speculative-ngram-max-match-window-size; runtime default "
+                        f"{NGRAM_WINDOW_DEFAULTS[1]})."
+                    ),
+                },
+                description="algorithm ngram only: the match windows, min <= max (a bound left "
+                "out is the runtime's default).",
+                **validations("speculative.ngram"),
+            ),
+        },
+        required=["algorithm"],
+        description="Speculative decoding: each decode step the model verifies the tokens a "
+        "drafter proposes and keeps those it would have produced (greedy output unchanged, "
+        "sampled output from the same distribution).",
+        **validations("speculative"),
     )
 
 
@@ -772,6 +839,7 @@ def _spec() -> dict[str, Any]:
             ),
             "env": _env_list(),
             "lora": _lora(),
+            "speculative": _speculative(),
             "networkPolicy": _network_policy(),
             "router": _router(),
             "disruptionBudget": _disruption_budget(),

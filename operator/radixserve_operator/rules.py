@@ -68,6 +68,10 @@ NAME_MAX = 63
 ROUTER_SUFFIX = "-router"
 STATEFULSET_NAME_MAX = NAME_MAX - 11
 _RESOURCES = "self.template.spec.container.resources"
+# The runtime's ngram match windows (min, max) where spec.speculative.ngram leaves one out
+NGRAM_WINDOW_DEFAULTS = (2, 8)
+_PVC = "^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
+_HUB_ID = "^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$"
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -127,8 +131,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "lora",
         "!has(self.adapters) || self.adapters.all(a, a.source.startsWith('/') || "
-        "a.source.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$') || "
-        "a.source.matches('^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$'))",
+        f"a.source.matches('{_PVC}') || a.source.matches('{_HUB_ID}'))",
         "an adapter's source is a hub id (org/name), pvc://CLAIM/path or an absolute path",
         ".adapters",
     ),
@@ -138,6 +141,40 @@ RULES: tuple[Rule, ...] = (
         "!self.lora.adapters.exists(a, a.name == self.model.servedName)",
         "an adapter cannot take the model's servedName",
         ".lora.adapters",
+    ),
+    Rule(
+        "speculative.draftModel.source",
+        f"self.startsWith('/') || self.matches('{_PVC}') || self.matches('{_HUB_ID}')",
+        "a draft model's source is a hub id (org/name), pvc://CLAIM/path or an absolute path",
+    ),
+    Rule(
+        "speculative",
+        "(self.algorithm == 'draft') == has(self.draftModel)",
+        "draftModel is needed by algorithm draft, and only by it",
+        ".draftModel",
+    ),
+    Rule(
+        "speculative",
+        "self.algorithm == 'ngram' || !has(self.ngram)",
+        "ngram is for algorithm ngram",
+        ".ngram",
+    ),
+    Rule(
+        "speculative.ngram",
+        f"(has(self.minMatchWindow) ? self.minMatchWindow : {NGRAM_WINDOW_DEFAULTS[0]}) <= "
+        f"(has(self.maxMatchWindow) ? self.maxMatchWindow : {NGRAM_WINDOW_DEFAULTS[1]})",
+        "minMatchWindow must not exceed maxMatchWindow (a bound left out is the runtime's: "
+        f"min {NGRAM_WINDOW_DEFAULTS[0]}, max {NGRAM_WINDOW_DEFAULTS[1]})",
+    ),
+    Rule(
+        "",
+        "!has(self.speculative) || !has(self.speculative.draftModel) || "
+        "!has(self.model.revision) || self.speculative.draftModel.source.startsWith('/') || "
+        "self.speculative.draftModel.source.startsWith('pvc://')",
+        "a hub draftModel is read at model.revision (the pods' RADIXSERVE_MODEL_REVISION), which "
+        "its repository rarely has: leave model.revision out, or give the draft model as "
+        "pvc://CLAIM/path or a path",
+        ".speculative.draftModel",
     ),
     Rule(
         "runtime.hierarchicalCache",

@@ -27,11 +27,16 @@ API_KEY_FLAG = re.compile(r"^--a(p(i(-(k(ey?)?)?)?)?)?(=.*)?$")
 API_KEY_ENV = "RADIXSERVE_API_KEY"
 # Flags the operator writes itself: a second one in extraArgs (argparse takes the last, and
 # expands a prefix) would move the port the probes and Service use, the GPUs the pod was given,
-# or the model and adapters that were downloaded (spec.lora); help and version make the server
-# exit at once.
+# or the model, adapters and draft model that were downloaded (spec.lora, spec.speculative); help
+# and version make the server exit at once.
 OWNED_FLAGS = ("--model", "--tp", "--tp-size", "--host", "--port", "--device", "--help",
                "--version", "--lora-paths", "--enable-lora", "--max-loras-per-batch",
-               "--max-lora-rank")  # fmt: skip
+               "--max-lora-rank", "--speculative-algorithm", "--speculative-num-draft-tokens",
+               "--speculative-draft-model-path", "--speculative-ngram-min-match-window-size",
+               "--speculative-ngram-max-match-window-size")  # fmt: skip
+# The spec field that sets an owned flag, where it is not the model, TP size or service port
+_OWNED_BY = (("--speculative-", "spec.speculative"), ("--lora-", "spec.lora"),
+             ("--enable-lora", "spec.lora"), ("--max-lora", "spec.lora"))  # fmt: skip
 EXPOSED_SERVICE_TYPES = ("NodePort", "LoadBalancer")
 
 
@@ -234,6 +239,11 @@ class NetworkSpec:
     egress: tuple[dict[str, Any], ...] | None = None  # NetworkPolicyEgressRules
 
 
+def _hub_id(source: str) -> str | None:
+    """A side source's hub id (a LoRA adapter's, a draft model's): neither a path nor pvc://."""
+    return None if source.startswith(("/", "pvc://")) else source
+
+
 @dataclass(frozen=True)
 class AdapterSpec:
     name: str
@@ -246,7 +256,7 @@ class AdapterSpec:
 
     @property
     def hub_id(self) -> str | None:
-        return None if self.source.startswith(("/", "pvc://")) else self.source
+        return _hub_id(self.source)
 
 
 @dataclass(frozen=True)
@@ -256,6 +266,31 @@ class LoraSpec:
     adapters: tuple[AdapterSpec, ...] = ()
     max_loras_per_batch: int | None = None
     max_lora_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class DraftModelSpec:
+    source: str  # a hub id, pvc://CLAIM/path, or an absolute path in the pod
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for a pvc:// source."""
+        return pvc_source(self.source)
+
+    @property
+    def hub_id(self) -> str | None:
+        return _hub_id(self.source)
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    """spec.speculative: speculative decoding; a field left None keeps the runtime's default."""
+
+    algorithm: str  # crd.SPECULATIVE_ALGORITHMS
+    num_draft_tokens: int | None = None
+    draft_model: DraftModelSpec | None = None  # algorithm draft
+    min_match_window: int | None = None  # algorithm ngram
+    max_match_window: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +338,7 @@ class ServiceSpec:
     network: NetworkSpec = NetworkSpec()
     router: RouterSpec = RouterSpec()
     lora: LoraSpec | None = None  # None: LoRA off
+    speculative: SpeculativeSpec | None = None  # None: no speculative decoding
 
     @property
     def exposed(self) -> bool:
@@ -365,9 +401,11 @@ def _check_owned_flags(args: Any) -> None:
         flag = str(arg).split("=", 1)[0]
         owned = [f for f in OWNED_FLAGS if len(flag) > 2 and f.startswith(flag)]
         if owned or flag == "-h":
+            field = next((f for prefix, f in _OWNED_BY if owned and owned[0].startswith(prefix)), None)
             raise SpecError(
                 f"spec.runtime.extraArgs[{i}]: {flag[:64]} is the operator's ({owned[0] if owned else '-h'}): "
-                "set the model, TP size and service port through their spec fields"
+                + (f"set it through {field}" if field else
+                   "set the model, TP size and service port through their spec fields")
             )
 
 
@@ -541,6 +579,7 @@ def parse_spec(body: dict[str, Any], settings: OperatorSettings | None = None) -
         network=_network(raw.get("networkPolicy")),
         router=_router(raw.get("router")),
         lora=_lora(raw.get("lora")),
+        speculative=_speculative(raw.get("speculative")),
     )
 
 
@@ -551,6 +590,19 @@ def _lora(raw: dict[str, Any] | None) -> LoraSpec | None:
         tuple(AdapterSpec(a["name"], a["source"]) for a in raw.get("adapters") or ()),
         raw.get("maxLorasPerBatch"),
         raw.get("maxLoraRank"),
+    )
+
+
+def _speculative(raw: dict[str, Any] | None) -> SpeculativeSpec | None:
+    if raw is None:
+        return None
+    draft, ngram = raw.get("draftModel"), raw.get("ngram") or {}
+    return SpeculativeSpec(
+        raw["algorithm"],
+        raw.get("numDraftTokens"),
+        DraftModelSpec(draft["source"]) if draft else None,
+        ngram.get("minMatchWindow"),
+        ngram.get("maxMatchWindow"),
     )
 
 

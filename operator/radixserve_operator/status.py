@@ -137,7 +137,8 @@ def pod_problems(pods: list[dict[str, Any]]) -> PodProblems:
             if (cs.get("state") or {}).get("running"):
                 init = str(cs.get("name"))
                 what = (" (downloading the model)" if init == "model-download" else
-                        " (downloading a LoRA adapter)" if init.startswith("lora-download-") else "")
+                        " (downloading a LoRA adapter)" if init.startswith("lora-download-") else
+                        " (downloading the draft model)" if init == "draft-download" else "")
                 out.not_ready.append(f"{name}: init container {cs.get('name')} running{what}")
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}

@@ -35,6 +35,8 @@ SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 KV_ADMISSION_CHOICES = ("optimistic", "reserve")
 HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 TOOL_CALL_PARSERS = ("auto", "hermes", "llama3", "none")
+# the drafters `speculative/` registers (none: no speculation)
+SPECULATIVE_ALGORITHMS = ("none", "ngram", "draft")
 REASONING_PARSERS = ("qwen3", "deepseek_r1")
 
 # Tokens per prefill batch (the prefill chunk) unless `--max-prefill-length` says otherwise. On a
@@ -239,14 +241,47 @@ class SchedulerConfig:
         help="copy new prefix-cache KV to the host tier as soon as it is computed "
              "(write_through) or only when the device evicts it (write_back)")
 
+    speculative_algorithm: str = option(
+        "none", "--speculative-algorithm", choices=SPECULATIVE_ALGORITHMS,
+        help="speculative decoding: each decode step the target verifies the tokens a drafter "
+             "proposes, and keeps those it would have produced (greedy: the same tokens; sampled: "
+             "the same distribution). ngram: looked up in the request's own prompt and output; "
+             "draft: a smaller model sharing the target's tokenizer (--speculative-draft-model-path)")
+    speculative_num_draft_tokens: int = option(
+        4, "--speculative-num-draft-tokens", parse=int, check=within(1, 16),
+        help="the most tokens drafted for a request in one step (fewer, or none, where its "
+             "drafts keep being rejected)")
+    speculative_draft_model_path: str | None = option(
+        None, "--speculative-draft-model-path", default_text="none",
+        help="the draft model of --speculative-algorithm draft: a Hugging Face directory or hub id "
+             "of a model with the target's vocabulary")
+    speculative_ngram_min_match_window_size: int = option(
+        2, "--speculative-ngram-min-match-window-size", parse=int, check=within(1, 64),
+        help="ngram: the shortest suffix of a request's tokens looked up earlier in them")
+    speculative_ngram_max_match_window_size: int = option(
+        8, "--speculative-ngram-max-match-window-size", parse=int, check=within(1, 64),
+        help="ngram: the longest suffix looked up (the longest match found drafts)")
+
     def __post_init__(self) -> None:
         check_options(self)
+        if self.speculative_ngram_min_match_window_size > self.speculative_ngram_max_match_window_size:
+            raise ValueError("speculative_ngram_min_match_window_size must be at most "
+                             "--speculative-ngram-max-match-window-size, got "
+                             f"{self.speculative_ngram_min_match_window_size} > "
+                             f"{self.speculative_ngram_max_match_window_size}")
+        if (self.speculative_algorithm == "draft") != (self.speculative_draft_model_path is not None):
+            raise ValueError("speculative_draft_model_path is needed by --speculative-algorithm "
+                             "draft, and only by it")
         if self.cache == "naive":
             if self.enable_hierarchical_cache:
                 raise ValueError("enable_hierarchical_cache needs the radix cache (--cache radix)")
             if self.schedule_policy != "fcfs":
                 raise ValueError(f"schedule_policy {self.schedule_policy} orders by the prefix "
                                  "cache: it needs --cache radix")
+
+    @property
+    def speculates(self) -> bool:
+        return self.speculative_algorithm != "none"
 
     def prefill_length(self, device_type: str) -> int:
         """Tokens per prefill batch on a `device_type` device: `max_prefill_length` when given,

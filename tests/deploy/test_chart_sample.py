@@ -42,6 +42,22 @@ def test_sample_serves_the_lora_adapters_of_the_values(render) -> None:
     assert args[args.index("--lora-paths") + 1:] == ["sql=org/sql-lora", "chat=/lora/ads/chat"]
 
 
+def test_sample_decodes_speculatively_as_the_values_say(render) -> None:
+    from radixserve_operator.builders import build_workload
+    from radixserve_operator.spec import parse_spec
+
+    speculative = {"algorithm": "draft", "numDraftTokens": 6, "draftModel": {"source": "org/small-draft"}}
+    got = one(render({"sample": {"enabled": True, "speculative": speculative}}), "InferenceService")
+    expected = yaml.safe_load((SAMPLES / "inferenceservice-cpu.yaml").read_text())["spec"]
+    assert got["spec"] == expected | {"speculative": speculative}
+    pod = build_workload(parse_spec(got), 1, 1)["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--speculative-algorithm"):] == [
+        "--speculative-algorithm", "draft", "--speculative-num-draft-tokens", "6",
+        "--speculative-draft-model-path", "org/small-draft"]
+    assert [c["name"] for c in pod["initContainers"]] == ["draft-download"]
+
+
 def test_cpu_sample_requests_no_gpu(render) -> None:
     spec = one(render({"sample": {"enabled": True}}), "InferenceService")["spec"]
     assert spec["gpu"]["enabled"] is False and spec["parallelism"]["tensor"] == 1

@@ -235,7 +235,7 @@ def test_crd_file_carries_the_rules_table_each_at_its_path() -> None:
     in_file = [(path if path == rules.ROOT else path.lstrip("."), v) for path, _, v in _file_rules()]
     in_table = [(r.path, r.validation()) for r in RULES]
     assert sorted(in_file, key=repr) == sorted(in_table, key=repr)
-    assert len(RULES) == 25 and len({r.rule for r in RULES}) == len(RULES)
+    assert len(RULES) == 30 and len({r.rule for r in RULES}) == len(RULES)
 
 
 def test_every_rule_has_a_sample_that_breaks_it() -> None:
@@ -285,6 +285,14 @@ NEAR_MISSES = [
     {"autoscaling": {"engine": "keda", "minReplicas": 0, "maxReplicas": 2}},
     {"autoscaling": {"maxReplicas": 2, "metric": "kvCache", "target": 1}},  # an integer: a double
     {"autoscaling": {"maxReplicas": 2, "metric": "tokens", "target": 800}},
+    {"speculative": {"algorithm": "ngram", "ngram": {"minMatchWindow": 8}}},  # max: the runtime's 8
+    {"speculative": {"algorithm": "ngram", "ngram": {"maxMatchWindow": 2}}},  # min: the runtime's 2
+    {"speculative": {"algorithm": "ngram", "numDraftTokens": 16, "ngram": {"minMatchWindow": 64,
+                                                                            "maxMatchWindow": 64}}},
+    {"model": {"source": "Qwen/Qwen3-8B", "revision": "v1.0"},
+     "speculative": {"algorithm": "draft", "draftModel": {"source": "pvc://drafts/qwen3-0.6b"}}},
+    {"speculative": {"algorithm": "draft", "draftModel": {"source": "/opt/draft"}}},
+    {"speculative": {"algorithm": "draft", "draftModel": {"source": "Qwen/Qwen3-0.6B"}}},
 ]  # fmt: skip
 
 
@@ -315,7 +323,7 @@ def test_docs_describe_every_spec_field() -> None:
         assert f"`{key}`" in doc or f"`{key}." in doc, key
         if key in (
             "model", "gpu", "runtime", "rollout", "service", "parallelism", "probes",
-            "disruptionBudget", "autoscaling",
+            "disruptionBudget", "autoscaling", "speculative",
         ):  # fmt: skip
             for sub in node["properties"]:
                 assert f"`{key}.{sub}`" in doc, f"{key}.{sub}"

@@ -10,8 +10,8 @@ import torch
 
 from radixserve.core.request import Req
 from radixserve.core.table import TableManager
+from radixserve.engine.batch_builder import build_batch
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler.batch_builder import build_batch
 
 
 def _table(rows: int, cols: int) -> TableManager:

@@ -15,9 +15,9 @@ import torch
 
 from radixserve.core.request import Req
 from radixserve.core.table import TableManager
+from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.cuda_graph import GraphCaptureBuffer
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler.batch_builder import build_batch
 
 ROWS, COLS, DUMMY = 10, 64, 9999
 

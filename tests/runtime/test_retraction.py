@@ -189,3 +189,21 @@ def test_tp2_ranks_retract_and_load_alike(tiny_ckpts) -> None:
         assert tokens(run_checked(s, {0: list(range(len(reqs)))}, {}, reqs)) == ref
         stats = s.stats()
         assert stats["retractions"] > 0 and stats["host_loaded_tokens"] > 0
+
+
+@pytest.mark.parametrize("algo", ["ngram", "draft"])
+def test_speculation_under_retraction_keeps_greedy_tokens(path, reference, algo) -> None:
+    """Drafts take only free KV (never evicting or retracting for a guess); requests retracted
+    mid-run resume and verify as before: the greedy requests end with the unconstrained tokens."""
+    reqs = workload()
+    greedy = [uid for uid, (_, sp) in enumerate(reqs) if sp.temperature == 0]
+    spec = {"speculative_algorithm": algo}
+    if algo == "draft":  # the target's own weights: every draft is kept where KV allows it
+        spec["speculative_draft_model_path"] = str(path)
+    s = make(path, 4, POOL, schedule_conservativeness=0.05, **spec)
+    got = tokens(run_checked(s, {0: greedy}, {}, reqs))
+    assert {uid: got[uid] for uid in greedy} == {uid: reference[uid] for uid in greedy}
+    stats = s.stats()
+    assert stats["retractions"] > 0 and stats["spec_verify_steps"] > 0, stats
+    if algo == "draft":
+        assert stats["spec_accepted_tokens"] == stats["spec_draft_tokens"] > 0, stats

@@ -128,6 +128,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="bearer token for a server started with --api-key (default: $OPENAI_API_KEY)")
     on.set_defaults(func=run_online_cli)
 
+    spec = bsub.add_parser("speculative", help="output tokens/s with speculative decoding against "
+                           "plain decoding, same requests, and what the drafts achieved")
+    add_engine_args(spec)
+    _add_shape_args(spec)
+    spec.add_argument("--workloads", nargs="+", default=["repeat", "chat"], metavar="NAME",
+                      help="repeat (the output quotes the prompt), chat (a short story), random "
+                           "(random token ids, EOS ignored: for --dummy-weights)")
+    spec.add_argument("--batch-sizes", type=int, nargs="+", default=[1],
+                      help="requests run together (each group to its end before the next)")
+    spec.add_argument("--num-prompts", type=int, default=8)
+    spec.add_argument("--max-tokens", type=int, default=128)
+    spec.add_argument("--draft-preset", default=None, metavar="NAME",
+                      help="--speculative-draft-model-path as a model shape (with --dummy-weights)")
+    spec.add_argument("--bracket", type=int, nargs="+", default=None, metavar="K",
+                      help="random workload only: plain decoding, then the ceiling (a drafter "
+                           "replaying plain decoding's tokens: all kept, free to draft) and the "
+                           "floor (none kept) with K draft tokens, for each K given")
+    spec.set_defaults(func=run_speculative)
     hc = bsub.add_parser("host-copy", help="the host KV tier's copy rate (GB/s) both ways against "
                          "a plain pinned copy (CUDA)")
     hc.add_argument("--layers", type=int, default=36, help="default: Qwen3-8B's shapes")
@@ -391,6 +409,50 @@ def run_online_cli(args: argparse.Namespace) -> int:
         print(report(results, secs), flush=True)
         ok = ok and all(r.ok for r in results)
     return 0 if ok else 1
+
+
+def run_speculative(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from radixserve.bench import speculative as bench
+    from radixserve.bench.presets import preset_dir
+    from radixserve.scheduler.tp import scheduler_group
+
+    if args.draft_preset:
+        if not args.dummy_weights:
+            raise SystemExit("bench: --draft-preset has no weights: add --dummy-weights")
+        args.speculative_draft_model_path = str(preset_dir(args.draft_preset))
+    eng, sch = _engine_configs(args)
+    if not sch.speculates:
+        raise SystemExit("bench speculative: give --speculative-algorithm (and its options)")
+    if bad := sorted(set(args.workloads) - set(bench.WORKLOADS)):
+        raise SystemExit(f"bench speculative: --workloads takes {', '.join(bench.WORKLOADS)}, got {bad}")
+    if args.bracket:
+        if args.workloads != ["random"]:
+            raise SystemExit("bench speculative: --bracket runs the random workload: add --workloads random")
+        with scheduler_group(eng, sch) as sched:
+            reqs = bench.workload("random", sched.model_path, args.num_prompts, args.max_tokens,
+                                  sched.vocab_size)
+            bench.bracket(sched, reqs, args.batch_sizes, args.bracket)
+        return 0
+    plain = dataclasses.replace(sch, speculative_algorithm="none", speculative_draft_model_path=None)
+    runs: dict[str, list] = {}
+    for label, cfg in (("plain", plain), (sch.speculative_algorithm, sch)):
+        with scheduler_group(eng, cfg) as sched:
+            for name in args.workloads:
+                reqs = bench.workload(name, sched.model_path, args.num_prompts, args.max_tokens,
+                                      sched.vocab_size)
+                bench.warm(sched, reqs)
+                for bs in args.batch_sizes:
+                    r = bench.run(sched, reqs, bs)
+                    runs.setdefault(f"{name} batch {bs}", []).append(r)
+                    print(f"{name:<7} batch {bs:>4} {label:<7} {r.tokens_per_s:10.1f} output tok/s "
+                          f"({r.tokens} tokens){'  ' + r.drafts() if cfg.speculates else ''}",
+                          flush=True)
+    for key, (base, spec_run) in runs.items():
+        print(f"{key:<20} speculative/plain {spec_run.tokens_per_s / base.tokens_per_s:6.3f}x  "
+              f"{spec_run.drafts()}", flush=True)
+    return 0
 
 
 def _kv_pool(eng, tokens: float):

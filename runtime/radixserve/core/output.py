@@ -19,6 +19,10 @@ class TokenOutput(NamedTuple):
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]]]] | None = None
     embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (for usage)
+    # speculative decoding so far: tokens drafted for the request, drafts kept, verify steps
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_steps: int = 0
 
 
 class RequestFailure(NamedTuple):

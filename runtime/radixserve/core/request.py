@@ -32,6 +32,10 @@ class Req:
     prompt_lps: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
     aborted: bool = False
     finished: bool = False
+    # speculative decoding: tokens drafted for it, drafts kept, steps that verified drafts
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_steps: int = 0
     lora: LoRAAdapter | None = None  # the LoRA adapter it runs with (None: the base model)
     namespace: int = 0  # its prefix-cache namespace (the adapter's load, `lora/manager.py`)
     lora_slot: int = -1  # the device slot holding its adapter while admitted

@@ -5,6 +5,7 @@ import functools
 import logging
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -55,6 +56,16 @@ def prefill_graph_tokens(asked: int | None, max_prefill_length: int) -> int:
     return min(DEFAULT_PREFILL_GRAPH_TOKENS if asked is None else asked, max_prefill_length)
 
 
+class Companion(NamedTuple):
+    """What another engine of this process will hold: its weights, and KV bytes per token."""
+
+    weight_bytes: int
+    bytes_per_token: int
+
+
+NO_COMPANION = Companion(0, 0)
+
+
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
@@ -74,12 +85,15 @@ def decode_logits(model: torch.nn.Module, attn_backend: BaseAttnBackend,
 class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
                  max_prefill_length: int | None = None, source: ModelSource | None = None,
-                 host_tier: HostTierSize | None = None) -> None:
+                 host_tier: HostTierSize | None = None,
+                 companion: Companion = NO_COMPANION) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
         (else resolved here). `host_tier`: also allocate a host KV tier of that size
-        (`host_pool`; on CPU the device pool leaves it room in the same budget)."""
+        (`host_pool`; on CPU the device pool leaves it room in the same budget). `companion`:
+        another engine this process starts after this one (a draft model), whose weights and KV
+        pool of as many tokens this one's sizing leaves room for."""
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if max_prefill_length is None:
@@ -118,8 +132,9 @@ class Engine:
         # on CPU the host tier shares the budget: a token there costs its host copies too
         shared = (1 + host_tier.ratio if host_tier is not None and host_tier.size_gib is None
                   and self.device.type != "cuda" else 1)
-        tokens = cfg.max_kv_tokens or kv_token_capacity(self.device, int(per_token * shared),
-                                                        cfg.memory_ratio, want)
+        tokens = cfg.max_kv_tokens or kv_token_capacity(
+            self.device, int(per_token * shared) + companion.bytes_per_token, cfg.memory_ratio,
+            want, companion.weight_bytes)
         tokens = get_comm().min_int(tokens)  # every rank schedules alike: size for the tightest
         self.num_pages = max(1, tokens // cfg.page_size)
         self.kv_pool = MHAKVPool(
@@ -272,9 +287,15 @@ class Engine:
         last = hidden[torch.cumsum(batch.extend_lens, 0) - 1]
         return self.model.compute_logits(last), hidden[keep]
 
+    @torch.inference_mode()
+    def forward_rows(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+        """Logits [len(rows), vocab] at the batch's tokens `rows` (a verification step's: each
+        drafted position). Never a decode graph replay."""
+        return self.model.compute_logits(self.forward_hidden(batch)[rows])
+
     def stage_decode(self, rows: list[int], starts: list[int]) -> Batch | None:
         """A decode batch staged for a CUDA-graph replay (`CudaGraphRunner.stage`), or None where
-        no graph runs it: build it on the device then (`scheduler/batch_builder.py`)."""
+        no graph runs it: build it on the device then (`engine/batch_builder.py`)."""
         return self.graph_runner.stage(rows, starts) if self.graph_runner is not None else None
 
     @torch.inference_mode()

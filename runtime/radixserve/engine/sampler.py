@@ -44,16 +44,19 @@ def apply_penalties(logits: torch.Tensor, req: Req) -> torch.Tensor:
                             neginf=float("-inf"))
 
 
-def apply_bias_and_min_tokens(logits: torch.Tensor, req: Req, eos_ids: frozenset[int]) -> None:
+def apply_bias_and_min_tokens(logits: torch.Tensor, req: Req, eos_ids: frozenset[int],
+                              before: int | None = None) -> None:
     """In place on a float32 row: OpenAI's `logit_bias`, then, while fewer than `min_tokens` tokens
     came before this one, the ending tokens (`stop_token_ids`, and EOS unless `ignore_eos`) at
-    -inf, as vLLM's min_tokens. The token being sampled follows `kv_len - prompt_len` others (the
-    scheduler's count, so overlap cannot make it stale)."""
+    -inf, as vLLM's min_tokens. The token being sampled follows `before` others; by default
+    `kv_len - prompt_len` (the scheduler's count, so overlap cannot make it stale)."""
     p = req.params
     if p.logit_bias:
         ids = to_device(list(p.logit_bias), logits.device)
         logits[ids] += to_device(list(p.logit_bias.values()), logits.device, torch.float32)
-    if p.min_tokens and req.kv_len - req.prompt_len < p.min_tokens:
+    if before is None:
+        before = req.kv_len - req.prompt_len
+    if p.min_tokens and before < p.min_tokens:
         ban = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids))
         ban = sorted(t for t in ban if t < logits.shape[-1])
         if ban:

@@ -66,15 +66,17 @@ def _cpu_budget(bytes_per_token: int, want_tokens: int) -> int:
 
 
 def kv_token_capacity(
-    device: torch.device, bytes_per_token: int, memory_ratio: float, want_tokens: int
+    device: torch.device, bytes_per_token: int, memory_ratio: float, want_tokens: int,
+    reserve_bytes: int = 0,
 ) -> int:
     """KV tokens to allocate: never more than `want_tokens` (what max requests × context could
-    use); on CUDA, what keeps the process under `memory_ratio` of the card after the weights."""
+    use); on CUDA, what keeps the process under `memory_ratio` of the card after the weights.
+    `reserve_bytes`: memory left aside from the budget (a draft model's weights, loaded after)."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        budget = int(total * memory_ratio) - (total - free)
+        budget = int(total * memory_ratio) - (total - free) - reserve_bytes
     else:
-        budget = _cpu_budget(bytes_per_token, want_tokens)
+        budget = _cpu_budget(bytes_per_token, want_tokens) - reserve_bytes
     if budget <= bytes_per_token:
         raise RuntimeError(
             f"no memory left for the KV cache (budget {budget / 2**30:.2f} GiB); "

@@ -93,6 +93,10 @@ class TokenMsg:
     prompt_logprobs: list[list] | None = None
     embedding: list[float] | None = None  # an embedding request's answer (token_id is -1)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission
+    # speculative decoding so far: tokens drafted for the request, drafts kept, verify steps
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_steps: int = 0
 
 
 @message
@@ -136,6 +140,9 @@ class UserReply:
     prompt_text: str | None = None  # the prompt decoded, with `prompt_logprobs`
     embedding: list[float] | None = None  # an embedding request's answer
     cached_tokens: int = 0  # of prompt_tokens, those served from the prefix cache
+    spec_drafted: int = 0  # speculative decoding so far (as TokenMsg's)
+    spec_accepted: int = 0
+    spec_steps: int = 0
     # what ended a "stop" reply: the stop string, or the token (EOS, a stop token id)
     matched_stop: str | int | None = None
 

@@ -98,6 +98,15 @@ def iter_safetensors(
                 yield ours, LazyWeight(sl, tuple(sl.get_shape()))
 
 
+def weight_bytes(hf_config: Any, dtype: torch.dtype) -> int:
+    """The bytes of the model's parameters on this rank (built on the meta device: nothing is
+    allocated), in `dtype`."""
+    cls = get_model_class(hf_config)
+    with torch.device("meta"), _default_dtype(dtype):
+        model = cls(text_config(hf_config))
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) -> BaseCausalLM:
     """The model's modules with uninitialised parameters on `device` (built on the meta device so
     no memory is touched twice), buffers such as rotary caches computed."""

@@ -13,6 +13,7 @@ from radixserve.utils.tensor import pinned_copy
 if TYPE_CHECKING:
     from radixserve.scheduler.embed import Embeddings
     from radixserve.scheduler.prompt_logprobs import PromptLogprobs
+    from radixserve.speculative.verify import Verified
 
 
 class ForwardPass(NamedTuple):
@@ -24,6 +25,9 @@ class ForwardPass(NamedTuple):
     logits: torch.Tensor  # [bs, vocab], one row per item
     prompt_lp: PromptLogprobs | None = None  # of the requests that asked for them
     embeds: Embeddings | None = None  # of the embedding requests whose prompt ends here
+    # a verification step: each drafting request's drafts, and each item's last logits row
+    drafts: dict[Req, list[int]] | None = None
+    rows: list[int] | None = None
 
     @property
     def constrained(self) -> bool:
@@ -37,6 +41,7 @@ class InFlight(NamedTuple):
     event: torch.cuda.Event | None  # recorded after the copy; None on CPU
     prompt_lp: PromptLogprobs | None = None  # host copy, complete with `host`
     embeds: Embeddings | None = None  # host copy, complete with `host`
+    runs: dict[int, Verified] | None = None  # a verification step's tokens, by item (on the host)
 
     def wait(self) -> SampleResult:
         if self.event is not None:

@@ -109,7 +109,8 @@ def token_msg(out: TokenOutput) -> TokenMsg:
     if out.prompt_logprobs is not None:
         plp = [[t, lp, [list(x) for x in best]] for t, lp, best in out.prompt_logprobs]
     return TokenMsg(out.uid, out.token_id, out.finished, out.finish_reason, out.prompt_tokens,
-                    out.logprob, top, plp, out.embedding, out.cached_tokens)
+                    out.logprob, top, plp, out.embedding, out.cached_tokens, out.spec_drafted,
+                    out.spec_accepted, out.spec_steps)
 
 
 def step(sched: Scheduler) -> tuple[list[TokenMsg], list[RequestFailed]]:

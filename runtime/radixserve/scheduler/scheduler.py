@@ -56,8 +56,9 @@ from radixserve.config import EngineConfig, SchedulerConfig, adapter_name_fault,
 from radixserve.constrained.manager import GrammarManager
 from radixserve.core.output import RequestFailure, TokenOutput
 from radixserve.core.request import Req
+from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.device import resolve_device
-from radixserve.engine.engine import Engine
+from radixserve.engine.engine import NO_COMPANION, Engine
 from radixserve.engine.sampler import Sampler
 from radixserve.kvcache.host_pool import HostTierSize
 from radixserve.lora.adapter import LoRAAdapter, read_adapter
@@ -68,7 +69,6 @@ from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler import embed, prompt_logprobs
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
-from radixserve.scheduler.batch_builder import build_batch
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.host_tier import HostTier
 from radixserve.scheduler.inflight import ForwardPass, InFlight, copy_to_host
@@ -76,6 +76,9 @@ from radixserve.scheduler.ledger import RequestLedger
 from radixserve.scheduler.policy import SchedulePolicy
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.token_estimate import RETRACT_STEPS, TokenEstimate
+from radixserve.scheduler.verify_step import sample_verified, verify_rows, write_drafts
+from radixserve.speculative.factory import create_speculator
+from radixserve.speculative.factory import plan as speculative_plan
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 
@@ -90,9 +93,12 @@ class Scheduler:
         self.cfg = sched
         # tokens per prefill batch: what was asked, else the device's default (`config.py`)
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
+        # speculative decoding (`speculative/`): what a drafter will hold, before the KV is sized
+        spec = speculative_plan(engine, sched) if sched.speculates else None
         host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
                 if sched.enable_hierarchical_cache else None)
-        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host)
+        self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,
+                             spec.companion if spec else NO_COMPANION)
         self.device = self.engine.device
         self.table = self.engine.table
         tier = (HostTier(self.engine.kv_pool, self.engine.host_pool, self.device)
@@ -113,6 +119,7 @@ class Scheduler:
         self.limits = Limits(self.engine.max_seq_len, self.cache.num_pages * engine.page_size,
                              self.vocab_size)
         self.grammars = GrammarManager(self.model_path, self.vocab_size, self.eos_ids)
+        self.spec = create_speculator(spec, engine, sched, self.engine) if spec else None
         self.auto_admit_grammars = True  # False under TP: the leader's ready list is broadcast
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -287,7 +294,10 @@ class Scheduler:
         tokens of the batch before it (overlap) or of this one (no overlap)."""
         if self.auto_admit_grammars:
             self.admit_grammars(self.ready_grammars())
-        sync = not self.overlap or any(r.params.has_penalties for r in self.running)
+        # NOTE: a drafter reads the tokens of the batch before: a step that may draft reads them
+        # first (speculation trades the overlap of that step for the tokens it verifies)
+        sync = (not self.overlap or any(r.params.has_penalties for r in self.running)
+                or (self.spec is not None and self.spec.may_draft(self.running)))
         outputs: list[TokenOutput] = []
         if sync and self._inflight is not None:
             outputs += self._process(self._inflight)
@@ -336,6 +346,23 @@ class Scheduler:
         for r in rows:
             r.num_slots += ps
         return True
+
+    def _grow_draft_kv(self, rows: list[Req]) -> None:
+        """Optimistic admission: KV slots for the tokens each request may draft, where free or
+        evictable pages give them without retracting anyone (a request short of them drafts
+        fewer). Under `reserve` every request already holds its worst case."""
+        if self.estimate is None:
+            return
+        ps, pt = self.cache.page_size, self.table.page_table
+        for r in rows:
+            want = min(r.kv_len + 1 + self.cfg.speculative_num_draft_tokens, r.reserve_len)
+            short = -(-(want - r.num_slots) // ps) * ps
+            if short <= 0 or not self.spec.lengths.wants(r.uid):
+                continue
+            if short > self.cache.num_free_pages * ps or (slots := self.cache.allocate(short)) is None:
+                return  # (free pages only: the prefix cache is not evicted for a guess)
+            pt[r.row, r.num_slots : r.num_slots + short] = slots.to(pt.device, pt.dtype)
+            r.num_slots += short
 
     def _retract_for_decode(self) -> None:
         """Decoding ran out of KV (no batch in flight): retract the requests that lose least
@@ -388,9 +415,18 @@ class Scheduler:
         decode = not prefill
         # the decode rows of this batch: all of them, or none when a prefill batch is not mixed
         decode_rows = decoding if decode or self.cfg.mixed_chunk else []
-        items = prefill + [(r, 1) for r in decode_rows]
+        lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
+        embed_reqs, embed_rows = embed.plan(prefill)
+        drafts: dict[Req, list[int]] = {}
+        if self.spec is not None and lp_plan is None and not embed_reqs:
+            self._grow_draft_kv(decode_rows)
+            drafts = self.spec.plan(decode_rows)
+        items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
+        if drafts:  # verified after the request's last token: the next positions of its row
+            write_drafts(self.table.token_pool, drafts)
+            decode = False  # (one extend of each request's token and its drafts)
         if decode_rows and self.estimate is not None:
             self.estimate.decode_step()
         batch = self.engine.stage_decode([r.row for r, _ in items],
@@ -398,8 +434,6 @@ class Scheduler:
         if batch is None:
             batch = build_batch(items, self.table, self.device, decode)
         batch.uses_lora = any(r.lora is not None for r, _ in items)
-        lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
-        embed_reqs, embed_rows = embed.plan(prefill)
         for req, n in items:
             req.kv_len += n
         self.decode_kv_tokens += sum(r.kv_len for r in decode_rows)  # each reads its whole context
@@ -409,7 +443,12 @@ class Scheduler:
         # the host tier's loads this batch reads: its attention layers wait for them
         batch.kv_ready = self.cache.before_launch()
         assert batch.kv_ready is None or not decode, "a decode batch reads no loaded pages"
-        if lp_plan is None and not embed_reqs:
+        if drafts:  # logits at every verified position, one row at every other item's last
+            rows = verify_rows(items, drafts)
+            fwd = ForwardPass(items, emits, batch,
+                              self.engine.forward_rows(batch, to_device(rows, self.device)),
+                              drafts=drafts, rows=rows)
+        elif lp_plan is None and not embed_reqs:
             fwd = ForwardPass(items, emits, batch, self.engine.forward(batch))
         else:
             # hidden states kept: prompt-logprob rows, then the embedding requests' last tokens
@@ -437,7 +476,9 @@ class Scheduler:
 
     @torch.inference_mode()
     def _sample(self, fwd: ForwardPass) -> InFlight:
-        items, emits, batch, logits, prompt_lp, embeds = fwd
+        if fwd.drafts:
+            return sample_verified(self, fwd)
+        items, emits, batch, logits, prompt_lp, embeds = fwd[:6]
         masked = [(i, r.grammar) for i in emits
                   if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
         if masked:  # (a request finished in the batch just read rides along unmasked: discarded)
@@ -466,6 +507,8 @@ class Scheduler:
             prompt_logprobs.record(fl.prompt_lp)
         vectors = ({} if fl.embeds is None
                    else dict(zip(fl.embeds.reqs, fl.embeds.vectors.tolist())))
+        if fl.runs is not None:  # a verification step: each request's run of tokens
+            return self._emit_runs(fl)
         tokens = res.tokens.tolist()
         invalid = res.invalid.tolist() if res.invalid is not None else None
         outputs: list[TokenOutput] = []
@@ -487,24 +530,56 @@ class Scheduler:
                 self._fail(req, f"{param}: the grammar allows no token after the "
                                 f"{len(req.output_ids)} generated: no output can complete it", param)
                 continue
-            tok = tokens[i]
-            req.output_ids.append(tok)
-            if req.grammar is not None and not req.grammar.accept(tok):
-                self._fail_grammar(req, tok)  # the mask forbids it: a bug, this request's alone
-                continue
-            reason = self._finish_reason(req, tok)
             lp = top = None
             if req.params.logprobs is not None and res.chosen_logprob is not None:
                 k = req.params.logprobs
                 lp = float(res.chosen_logprob[i])
                 top = list(zip(res.top_ids[i, :k].tolist(), res.top_logprobs[i, :k].tolist()))
-            plp = None
-            if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
-                plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
-            outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
-                                       req.prompt_len, plp, cached_tokens=req.prefix_hit))
-            if reason is not None:
-                self._finish(req)
+            self._emit(req, tokens[i], lp, top, outputs)
+        return outputs
+
+    def _emit(self, req: Req, tok: int, lp: float | None, top: list | None,
+              outputs: list[TokenOutput]) -> bool:
+        """The request's next token: appended, reported, and the request finished if it ends it;
+        False once the request is done (finished, or failed by its grammar)."""
+        req.output_ids.append(tok)
+        if req.grammar is not None and not req.grammar.accept(tok):
+            self._fail_grammar(req, tok)  # the mask forbids it: a bug, this request's alone
+            return False
+        reason = self._finish_reason(req, tok)
+        plp = None
+        if req.params.prompt_logprobs is not None and len(req.output_ids) == 1:
+            plp = [(req.input_ids[0], None, []), *req.prompt_lps]  # the first has none
+        outputs.append(TokenOutput(req.uid, tok, reason is not None, reason, lp, top,
+                                   req.prompt_len, plp, cached_tokens=req.prefix_hit,
+                                   spec_drafted=req.spec_drafted, spec_accepted=req.spec_accepted,
+                                   spec_steps=req.spec_steps))
+        if reason is not None:
+            req.kv_len = min(req.kv_len, len(req.all_ids))  # (a run may end inside its drafts)
+            self._finish(req)
+            return False
+        return True
+
+    def _emit_runs(self, fl: InFlight) -> list[TokenOutput]:
+        outputs: list[TokenOutput] = []
+        for i in fl.emits:
+            req, run = fl.items[i][0], fl.runs[i]
+            if req.finished or req.aborted:
+                continue
+            if run.invalid:
+                self._fail(req, "internal error: the model's logits for this request held no valid "
+                                "value (NaN or infinity)", None, 500)
+                continue
+            if req.grammar is not None and req.grammar.dead_end:
+                param = req.grammar.param
+                self._fail(req, f"{param}: the grammar allows no token after the "
+                                f"{len(req.output_ids)} generated: no output can complete it", param)
+                continue
+            for j, tok in enumerate(run.tokens):
+                lp = run.logprobs[j] if run.logprobs is not None else None
+                top = run.top[j] if run.top is not None else None
+                if not self._emit(req, tok, lp, top, outputs):
+                    break
         return outputs
 
     def _finish(self, req: Req) -> None:
@@ -540,6 +615,8 @@ class Scheduler:
     def _retire(self, req: Req) -> None:
         """Stop scheduling the request; free its KV now, or once the in-flight batch is done."""
         self.running.remove(req)
+        if self.spec is not None:
+            self.spec.release(req)
         if self._inflight is not None:
             self._deferred.append(req)
         else:
@@ -578,6 +655,10 @@ class Scheduler:
             # what running requests hold or lock: the pool minus free pages and evictable cache
             "kv_tokens_in_use": self.cache.num_slots - self.cache.available_tokens,
             "kv_tokens_total": self.cache.num_slots,
+            # speculative decoding: tokens drafted, drafts kept, verification steps of a request
+            "spec_draft_tokens": self.spec.drafted if self.spec else 0,
+            "spec_accepted_tokens": self.spec.accepted if self.spec else 0,
+            "spec_verify_steps": self.spec.verify_steps if self.spec else 0,
             "lora_slots": 0 if self.lora is None else self.lora.pool.num_slots,
             "retractions": self.retractions,
             "retracted_tokens_recomputed": self.adder.retracted_recomputed,

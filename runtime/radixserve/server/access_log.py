@@ -39,6 +39,8 @@ class AccessRecord:
     ttft_s: float | None = None
     # per sub-request uid: (prompt tokens, if its prompt is not also another's; tokens generated)
     counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # per sub-request uid, under speculative decoding: (drafts kept, tokens drafted)
+    drafts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def on_reply(self, r: UserReply, counts_prompt: bool) -> None:
         """`counts_prompt`: this sub-request's prompt is not also another's (n > 1 shares one)."""
@@ -48,6 +50,9 @@ class AccessRecord:
         prompt, completion = self.counts.get(r.uid, (0, 0))
         self.counts[r.uid] = (max(prompt, r.prompt_tokens if counts_prompt else 0),
                               max(completion, r.completion_tokens))
+        if r.spec_drafted:
+            kept, drafted = self.drafts.get(r.uid, (0, 0))
+            self.drafts[r.uid] = (max(kept, r.spec_accepted), max(drafted, r.spec_drafted))
 
     @property
     def prompt_tokens(self) -> int:
@@ -119,6 +124,9 @@ def _log(scope: Scope, status: int, record: AccessRecord, error: dict) -> None:
               "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
               "ttft_ms": None if record.ttft_s is None else round(record.ttft_s * 1000, 1),
               "duration_ms": round((time.perf_counter() - record.t0) * 1000, 1)} | error
+    if record.drafts:  # speculative decoding: drafts kept / drafted
+        kept, drafted = (sum(x) for x in zip(*record.drafts.values()))
+        fields["accepted"] = f"{kept}/{drafted}"
     if status == CLIENT_CLOSED:
         level = logging.INFO
     elif status >= 500 or status == 0:  # 0: the app ended without a response (cancelled)

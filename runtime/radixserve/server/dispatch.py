@@ -46,6 +46,9 @@ class Choice:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those served from the prefix cache
+    spec_drafted: int = 0  # speculative decoding: tokens drafted, drafts kept, verify steps
+    spec_accepted: int = 0
+    spec_steps: int = 0
     prompt_text: str | None = None  # with prompt logprobs (completions' echo)
     prompt_logprobs: list[TokenLogprob] | None = None
     embedding: list[float] | None = None  # an embedding request's answer
@@ -63,6 +66,9 @@ class Choice:
         self.prompt_tokens = max(self.prompt_tokens, r.prompt_tokens)
         self.completion_tokens = max(self.completion_tokens, r.completion_tokens)
         self.cached_tokens = max(self.cached_tokens, r.cached_tokens)
+        self.spec_drafted = max(self.spec_drafted, r.spec_drafted)
+        self.spec_accepted = max(self.spec_accepted, r.spec_accepted)
+        self.spec_steps = max(self.spec_steps, r.spec_steps)
         if r.finished:
             self.finish_reason, self.matched_stop = r.finish_reason, r.matched_stop
 
@@ -73,8 +79,20 @@ def usage(choices: list[Choice], n: int) -> dict:
     firsts = [c for c in choices if c.index % n == 0]
     prompt = sum(c.prompt_tokens for c in firsts)
     completion = sum(c.completion_tokens for c in choices)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in firsts)}}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in firsts)}}
+    if steps := sum(c.spec_steps for c in choices):
+        out["speculative"] = speculative_usage(sum(c.spec_drafted for c in choices),
+                                               sum(c.spec_accepted for c in choices), steps)
+    return out
+
+
+def speculative_usage(drafted: int, accepted: int, steps: int) -> dict:
+    """Usage's extension for speculative decoding: tokens drafted and kept, and per verification
+    step the tokens produced (`accept_length`: the kept drafts and the target's own token)."""
+    return {"draft_tokens": drafted, "accepted_tokens": accepted, "verify_steps": steps,
+            "accept_rate": round(accepted / drafted, 4) if drafted else 0.0,
+            "accept_length": round((accepted + steps) / steps, 4)}
 
 
 class Dispatch:

@@ -36,6 +36,9 @@ class ServerMetrics:
             "prefix_hit_tokens": Counter("radixserve_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache", registry=r),
             "prefill_tokens": Counter("radixserve_prefill_tokens", "Prompt tokens computed by prefill", registry=r),
             "aborted_waiting": Counter("radixserve_aborted_waiting_requests", "Requests aborted while waiting, before any prefill", registry=r),
+            "spec_draft_tokens": Counter("radixserve_spec_draft_tokens", "Speculative decoding: tokens drafted", registry=r),
+            "spec_accepted_tokens": Counter("radixserve_spec_accepted_tokens", "Speculative decoding: drafted tokens the target kept", registry=r),
+            "spec_verify_steps": Counter("radixserve_spec_verify_steps", "Speculative decoding: a request's steps that verified drafts", registry=r),
             "retractions": Counter("radixserve_retractions", "Running requests retracted for lack of KV (optimistic admission); each is requeued and resumed", registry=r),
             "retracted_tokens_recomputed": Counter("radixserve_retracted_tokens_recomputed", "KV tokens retracted requests had computed and computed again when re-admitted", registry=r),
             "host_hit_tokens": Counter("radixserve_host_cache_hit_tokens", "Prompt tokens loaded back from the host KV tier", registry=r),
@@ -77,6 +80,8 @@ class ServerMetrics:
                 counter.inc(total - self._last[key])
             self._last[key] = total
         self.integrity.set(-1 if msg.integrity_ok is None else int(msg.integrity_ok))
+        self.sglang.on_speculation(msg.stats.get("spec_accepted_tokens", 0),
+                                   msg.stats.get("spec_verify_steps", 0))
 
     def on_finished(self, outcome: str, prompt_tokens: int, completion_tokens: int) -> None:
         self.requests.labels(outcome=outcome).inc()

@@ -24,6 +24,8 @@ class SGLangMetrics:
         self.prompt_tokens = Counter("sglang:prompt_tokens", "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter("sglang:generation_tokens", "Tokens generated", registry=r)
         self.cached_tokens = Counter("sglang:cached_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        self.spec_accept_length = Gauge("sglang:spec_accept_length", "Speculative decoding: tokens a "
+                                        "verification step produced on average (kept drafts + 1)", registry=r)
         self._geometry: tuple[int, int] | None = None
 
     def on_stats(self, stats: dict[str, int], new_hit_tokens: int) -> None:
@@ -42,6 +44,11 @@ class SGLangMetrics:
             self.cache_info.labels(page_size=str(total // pages), num_pages=str(pages)).set(1)
         if new_hit_tokens > 0:
             self.cached_tokens.inc(new_hit_tokens)
+
+    def on_speculation(self, accepted: int, steps: int) -> None:
+        """The scheduler's totals so far (none without speculation: the gauge stays 0)."""
+        if steps:
+            self.spec_accept_length.set((accepted + steps) / steps)
 
     def on_finished(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.prompt_tokens.inc(prompt_tokens)

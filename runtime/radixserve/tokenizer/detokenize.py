@@ -122,6 +122,9 @@ class DetokenizeManager:
             completion_tokens=len(s.ids),
             logprobs=[self._logprob(out)] if s.want_logprobs else None,
             cached_tokens=out.cached_tokens,
+            spec_drafted=out.spec_drafted,
+            spec_accepted=out.spec_accepted,
+            spec_steps=out.spec_steps,
         )
         if stopped:
             reply.matched_stop = s.stop.matched

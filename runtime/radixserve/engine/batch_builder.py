@@ -14,6 +14,8 @@ from radixserve.utils.tensor import to_device
 def build_batch(
     items: list[tuple[Req, int]], table: TableManager, device: torch.device, decode: bool
 ) -> Batch:
+    """`items`: each request (anything with a page-table `row` and the `kv_len` its new tokens
+    start at) and how many new tokens it brings."""
     rows = [r.row for r, _ in items]
     starts = [r.kv_len for r, _ in items]
     ext = [n for _, n in items]

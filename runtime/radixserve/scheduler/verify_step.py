@@ -1,0 +1,94 @@
+"""A decode step that verifies drafts (`speculative/`). Each drafting request's batch item is an
+extend of its last token and its drafts, written into its token-pool row after that token, so the
+target computes their KV and its logits at each of them in one forward pass; every other item is
+as in any step (one logits row, its last token's). The step is read at once: what the target keeps
+of each request's drafts (`speculative/verify.py`) sets its KV length (the rejected drafts' KV
+is no longer its) and the next step's input token.
+
+Invariant after the step, for a drafting request that kept `a` of its `d` drafts: `kv_len` counts
+its last token and the `a` kept drafts (their KV is computed), its row holds the target's own token
+at `kv_len`, the next step's input; the rejected drafts' KV rows past it are written over by the
+steps to come."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from radixserve.core.request import Req
+from radixserve.scheduler.inflight import ForwardPass, InFlight
+from radixserve.speculative.verify import Verified, verify
+from radixserve.utils.tensor import to_device
+
+if TYPE_CHECKING:
+    from radixserve.scheduler.scheduler import Scheduler
+
+
+def write_drafts(token_pool: torch.Tensor, drafts: dict[Req, list[int]]) -> None:
+    for req, d in drafts.items():
+        token_pool[req.row, req.kv_len + 1: req.kv_len + 1 + len(d)] = to_device(d, token_pool.device)
+
+
+def verify_rows(items: list[tuple[Req, int]], drafts: dict[Req, list[int]]) -> list[int]:
+    """The batch's tokens whose logits the step needs: every token of a drafting request's item
+    (its last token and each draft), the last of every other item."""
+    rows, start = [], 0
+    for req, n in items:
+        rows += range(start, start + n) if req in drafts else [start + n - 1]
+        start += n
+    return rows
+
+
+def _item_rows(items: list[tuple[Req, int]], drafts: dict[Req, list[int]]) -> list[int]:
+    """Each item's first row in the logits of `verify_rows`."""
+    first, at = [], 0
+    for req, _ in items:
+        first.append(at)
+        at += 1 + len(drafts[req]) if req in drafts else 1
+    return first
+
+
+@torch.inference_mode()
+def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
+    """The step's tokens on the host, drafting requests' runs verified, the next inputs stored."""
+    items, emits, logits, drafts = fwd.items, fwd.emits, fwd.logits, fwd.drafts
+    first = _item_rows(items, drafts)
+    runs: dict[int, Verified] = {}
+    plain = [i for i in emits if items[i][0] not in drafts]
+    if plain:  # as any step samples them, grammar masks included
+        sub = logits[to_device([first[i] for i in plain], sched.device)]
+        masked = [(j, r.grammar) for j, i in enumerate(plain)
+                  if (r := items[i][0]).grammar is not None and not (r.finished or r.aborted)]
+        if masked:
+            for j in sched.grammars.mask(sub, masked):
+                items[plain[j]][0].grammar.dead_end = True
+        res = sched.sampler.sample(sub, [items[i][0] for i in plain])
+        tokens = res.tokens.tolist()
+        invalid = res.invalid.tolist() if res.invalid is not None else [False] * len(plain)
+        lps = res.chosen_logprob.tolist() if res.chosen_logprob is not None else None
+        for j, i in enumerate(plain):
+            k = items[i][0].params.logprobs
+            lp = top = None
+            if lps is not None and k is not None:
+                lp = [lps[j]]
+                top = [list(zip(res.top_ids[j, :k].tolist(), res.top_logprobs[j, :k].tolist()))]
+            runs[i] = Verified([tokens[j]], lp, top, invalid[j])
+    for i in emits:
+        req = items[i][0]
+        if req not in drafts:
+            continue
+        d = drafts[req]
+        run = verify(logits[first[i]: first[i] + len(d) + 1], d, req, sched.sampler.eos_ids,
+                     sched.sampler.generator)
+        runs[i] = run
+        kept = max(0, len(run.tokens) - 1)
+        sched.spec.record(req, len(d), kept)
+        req.kv_len -= len(d) - kept  # the rejected drafts' KV is not the request's
+    live = [i for i in emits if runs[i].tokens and not runs[i].invalid]
+    if live:  # each request's last token: the next step's input, at its KV length
+        cap = sched.table.max_seq_len - 1
+        rows = to_device([items[i][0].row for i in live], sched.device)
+        cols = to_device([min(items[i][0].kv_len, cap) for i in live], sched.device)
+        sched.table.token_pool[rows, cols] = to_device([runs[i].tokens[-1] for i in live],
+                                                       sched.device)
+    return InFlight(items, emits, None, None, fwd.prompt_lp, fwd.embeds, runs)

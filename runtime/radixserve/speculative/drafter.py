@@ -1,0 +1,38 @@
+"""What every drafter does, and the registry `--speculative-algorithm` picks from."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from radixserve.engine.engine import NO_COMPANION, Companion
+from radixserve.utils.registry import Registry
+
+if TYPE_CHECKING:
+    from radixserve.config import EngineConfig, SchedulerConfig
+    from radixserve.core.request import Req
+    from radixserve.engine.engine import Engine
+
+DRAFTERS: Registry[type[BaseDrafter]] = Registry("speculative algorithm")
+
+
+class BaseDrafter(ABC):
+    @classmethod
+    def plan(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig) -> tuple[Companion, Any]:
+        """Before the target's engine: the memory the drafter will hold beside it, and whatever
+        `create` should be handed (resolved once)."""
+        return NO_COMPANION, None
+
+    @classmethod
+    @abstractmethod
+    def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine,
+               context: Any) -> BaseDrafter:
+        """The drafter the configs ask for, beside the target's engine."""
+
+    @abstractmethod
+    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
+        """Up to `lengths[i]` tokens that may follow request i's tokens so far (its prompt and
+        output): fewer, or none, where the drafter has no guess. Greedy and deterministic: the
+        same request state gives the same drafts on every rank."""
+
+    def release(self, req: Req) -> None:
+        """The request is done: forget what is kept for it (a draft model's KV)."""

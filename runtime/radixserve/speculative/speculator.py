@@ -1,0 +1,61 @@
+"""The scheduler's side of speculative decoding: which running requests draft how many tokens this
+step (`plan`), what the target keeps of them (`verify.py`), and the counts the metrics and each
+reply's usage report.
+
+A request does not draft (it decodes one token a step, as without speculation) while its drafts
+would not pay or could not be verified exactly here: penalties (their counts would move within the
+drafted run), a grammar (its matcher is advanced token by token), the last token it may produce
+(`max_tokens`), or its prompt logprobs still to come."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from radixserve.speculative.adaptive import DraftLengths
+
+if TYPE_CHECKING:
+    from radixserve.core.request import Req
+    from radixserve.speculative.drafter import BaseDrafter
+
+
+class Speculator:
+    def __init__(self, drafter: BaseDrafter, most: int) -> None:
+        self.drafter = drafter
+        self.lengths = DraftLengths(most)
+        self.drafted = self.accepted = self.verify_steps = 0  # totals, for the metrics
+
+    @staticmethod
+    def _may_draft(req: Req) -> int:
+        """How many tokens the request could take beyond its next one (0: it must not draft)."""
+        p = req.params
+        if p.has_penalties or req.grammar is not None or p.constrained:
+            return 0
+        return max(0, p.max_tokens - len(req.output_ids) - 1)
+
+    def may_draft(self, reqs: list[Req]) -> bool:
+        """Whether any of the requests may draft in the next step (its step then reads the tokens
+        of the step before first)."""
+        return any(self._may_draft(r) and self.lengths.wants(r.uid) for r in reqs if r.prefill_done)
+
+    def plan(self, reqs: list[Req]) -> dict[Req, list[int]]:
+        """The drafts of the requests that draft this step (none drafted: absent)."""
+        # no more drafts than the KV slots it holds past its next token (optimistic admission
+        # grows them where pages are free: `Scheduler._grow_draft_kv`)
+        lengths = [max(0, min(self.lengths.next(r.uid), self._may_draft(r),
+                              r.num_slots - r.kv_len - 1)) for r in reqs]
+        if not any(lengths):
+            return {}
+        proposals = self.drafter.propose(reqs, lengths)
+        return {r: d[:n] for r, d, n in zip(reqs, proposals, lengths) if n and d}
+
+    def record(self, req: Req, drafted: int, kept: int) -> None:
+        self.lengths.observe(req.uid, drafted, kept)
+        req.spec_drafted += drafted
+        req.spec_accepted += kept
+        req.spec_steps += 1
+        self.drafted += drafted
+        self.accepted += kept
+        self.verify_steps += 1
+
+    def release(self, req: Req) -> None:
+        self.lengths.forget(req.uid)
+        self.drafter.release(req)

@@ -1,0 +1,57 @@
+"""Speculative decoding on CUDA: with decode CUDA graphs, prefill graphs (which replay the
+verification batches) and overlap scheduling on, greedy tokens equal plain decoding's on the same
+device for each drafter and page size; the target's own weights as draft keep every draft; the
+books balance after each run."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tests.runtime.helpers import drain, random_prompts
+
+pytestmark = pytest.mark.gpu
+MAX_NEW = 24
+# repetitive prompts (n-gram matches to verify) beside random ones
+PROMPTS = [[5, 6, 7, 8] * 8, [9, 10, 11] * 11, list(range(20, 52)) * 2,
+           *random_prompts(5, [3, 17, 40, 90, 130], 300, seed=8)]
+
+
+def _run(path, page_size: int, **spec) -> tuple[dict[int, list[int]], dict, int]:
+    from radixserve import SamplingParams
+    from radixserve.config import EngineConfig, SchedulerConfig
+    from radixserve.scheduler.scheduler import Scheduler
+
+    s = Scheduler(EngineConfig(model=str(path), dtype="float32", device="cuda", page_size=page_size),
+                  SchedulerConfig(max_running_requests=16, **spec))
+    assert s.engine.graph_runner is not None and s.engine.prefill_graphs is not None
+    verifying, replays = [], []  # verification batches, and those a prefill graph replayed
+    run, rows = s.engine.prefill_graphs.run, s.engine.forward_rows
+    s.engine.prefill_graphs.run = lambda batch: (replays.append(any(b is batch for b in verifying))
+                                                 or run(batch))
+    s.engine.forward_rows = lambda batch, r: verifying.append(batch) or rows(batch, r)
+    for uid, p in enumerate(PROMPTS):
+        s.add_request(uid, p, SamplingParams(max_tokens=MAX_NEW, ignore_eos=True))
+    out = {uid: [o.token_id for o in outs] for uid, outs in drain(s).items()}
+    s.check_integrity()
+    stats = s.stats()
+    s.engine.release_cuda_graphs()
+    del s
+    gc.collect()
+    return out, stats, sum(replays)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("algo", ["ngram", "draft"])
+def test_greedy_tokens_on_cuda_equal_plain_decoding(tiny_ckpts, algo: str, page_size: int) -> None:
+    path = tiny_ckpts["qwen3"]
+    plain, _, _ = _run(path, page_size)
+    spec = {"speculative_algorithm": algo}
+    if algo == "draft":  # the target's own weights: every draft is kept
+        spec["speculative_draft_model_path"] = str(path)
+    got, stats, replays = _run(path, page_size, **spec)
+    assert got == plain
+    assert stats["spec_verify_steps"] > 0 and stats["spec_accepted_tokens"] > 0, stats
+    assert replays > 0, "no verification batch replayed a prefill graph"
+    if algo == "draft":
+        assert stats["spec_accepted_tokens"] == stats["spec_draft_tokens"], stats
