@@ -57,7 +57,9 @@ def test_backup_then_load_brings_back_the_same_bytes(dtype, page_size) -> None:
     assert tier.loaded_tokens == tier.written_tokens == 24 * page_size
 
 
-@pytest.mark.parametrize("page_size", [1, 16])
+# (page sizes at which this workload's shared prefixes are evicted and matched again: its system
+# prompt is 24 tokens; the copies of 16-token pages are the test above's)
+@pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
 def test_scheduler_with_the_tier_under_pressure_keeps_the_tokens(tiny_ckpts, page_size, policy) -> None:
     from radixserve.config import EngineConfig, SchedulerConfig
@@ -82,9 +84,8 @@ def test_scheduler_with_the_tier_under_pressure_keeps_the_tokens(tiny_ckpts, pag
 
 
 def test_fp8_kv_through_the_tier_keeps_the_fp8_tokens(tiny_ckpts) -> None:
-    """FP8 pages loaded back are the bytes computed before: with the same pool and admission
-    (reserved: nothing retracted), the tier changes which prefixes are loaded rather than
-    recomputed, not the tokens."""
+    """FP8 pages loaded back are the bytes computed before: with the same pool and admission,
+    the tier changes which prefixes are loaded rather than recomputed, not the tokens."""
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.scheduler import Scheduler
 
@@ -94,9 +95,9 @@ def test_fp8_kv_through_the_tier_keeps_the_fp8_tokens(tiny_ckpts) -> None:
     out, loaded = {}, {}
     for tier in (False, True):
         eng = EngineConfig(model=str(tiny_ckpts["llama"]), dtype="bfloat16", device="cuda",
-                           page_size=16, max_kv_tokens=POOL, kv_cache_dtype="fp8_e4m3",
+                           page_size=4, max_kv_tokens=POOL, kv_cache_dtype="fp8_e4m3",
                            attn="triton")
-        s = Scheduler(eng, SchedulerConfig(max_running_requests=16, kv_admission="reserve",
+        s = Scheduler(eng, SchedulerConfig(max_running_requests=16, schedule_conservativeness=0.05,
                                            enable_hierarchical_cache=tier))
         out[tier] = tokens(run_checked(s, {i: [i] for i in range(len(reqs))}, {}, reqs))
         loaded[tier] = s.stats()["host_loaded_tokens"]

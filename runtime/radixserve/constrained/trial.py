@@ -22,6 +22,7 @@ import resource
 import select
 import signal
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -67,10 +68,23 @@ def _child(w: int, info: Any, kind: str, text: str, memory_bytes: int, parent: i
         os._exit(0)
 
 
+_FORK_TRIES = 100
+_FORK_RETRY_S = 0.05
+
+
 def _fork() -> int:
-    with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: see NOTE
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return os.fork()
+    for attempt in range(_FORK_TRIES):
+        try:
+            with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: see NOTE
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return os.fork()
+        except RuntimeError:
+            # an audit hook refused the fork for now: filelock's, while another thread (a Triton
+            # or FlashInfer compile) holds a lock file; it lets go within moments
+            if attempt == _FORK_TRIES - 1:
+                raise
+            time.sleep(_FORK_RETRY_S)
+    raise AssertionError("unreachable")
 
 
 def try_compile(info: Any, kind: str, text: str, memory_mb: int, stop: threading.Event) -> bool:
@@ -81,7 +95,12 @@ def try_compile(info: Any, kind: str, text: str, memory_mb: int, stop: threading
     if stop.is_set():
         return False
     r, w = os.pipe()
-    pid = _fork()
+    try:
+        pid = _fork()
+    except BaseException:
+        os.close(r)
+        os.close(w)
+        raise
     if pid == 0:  # pragma: no cover -- the child (coverage cannot follow it)
         os.close(r)
         _child(w, info, kind, text, memory_mb << 20, os.getppid())
