@@ -245,8 +245,9 @@ def _hub_id(source: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class AdapterSpec:
-    name: str
+class SourceSpec:
+    """Weights the pod reads beside the model's (a draft model's, an adapter's)."""
+
     source: str  # a hub id, pvc://CLAIM/path, or an absolute path in the pod
 
     @property
@@ -257,6 +258,11 @@ class AdapterSpec:
     @property
     def hub_id(self) -> str | None:
         return _hub_id(self.source)
+
+
+@dataclass(frozen=True)
+class AdapterSpec(SourceSpec):
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -269,26 +275,12 @@ class LoraSpec:
 
 
 @dataclass(frozen=True)
-class DraftModelSpec:
-    source: str  # a hub id, pvc://CLAIM/path, or an absolute path in the pod
-
-    @property
-    def pvc(self) -> tuple[str, str] | None:
-        """(claim, path inside the claim) for a pvc:// source."""
-        return pvc_source(self.source)
-
-    @property
-    def hub_id(self) -> str | None:
-        return _hub_id(self.source)
-
-
-@dataclass(frozen=True)
 class SpeculativeSpec:
     """spec.speculative: speculative decoding; a field left None keeps the runtime's default."""
 
     algorithm: str  # crd.SPECULATIVE_ALGORITHMS
     num_draft_tokens: int | None = None
-    draft_model: DraftModelSpec | None = None  # algorithm draft
+    draft_model: SourceSpec | None = None  # algorithm draft
     min_match_window: int | None = None  # algorithm ngram
     max_match_window: int | None = None
 
@@ -587,7 +579,7 @@ def _lora(raw: dict[str, Any] | None) -> LoraSpec | None:
     if raw is None:
         return None
     return LoraSpec(
-        tuple(AdapterSpec(a["name"], a["source"]) for a in raw.get("adapters") or ()),
+        tuple(AdapterSpec(a["source"], a["name"]) for a in raw.get("adapters") or ()),
         raw.get("maxLorasPerBatch"),
         raw.get("maxLoraRank"),
     )
@@ -600,7 +592,7 @@ def _speculative(raw: dict[str, Any] | None) -> SpeculativeSpec | None:
     return SpeculativeSpec(
         raw["algorithm"],
         raw.get("numDraftTokens"),
-        DraftModelSpec(draft["source"]) if draft else None,
+        SourceSpec(draft["source"]) if draft else None,
         ngram.get("minMatchWindow"),
         ngram.get("maxMatchWindow"),
     )

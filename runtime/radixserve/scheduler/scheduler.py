@@ -521,14 +521,7 @@ class Scheduler:
                                            embedding=vectors[req], cached_tokens=req.prefix_hit))
                 self._finish(req)
                 continue
-            if invalid is not None and invalid[i]:
-                self._fail(req, "internal error: the model's logits for this request held no valid "
-                                "value (NaN or infinity)", None, 500)
-                continue
-            if req.grammar is not None and req.grammar.dead_end:
-                param = req.grammar.param
-                self._fail(req, f"{param}: the grammar allows no token after the "
-                                f"{len(req.output_ids)} generated: no output can complete it", param)
+            if self._fails_row(req, invalid is not None and bool(invalid[i])):
                 continue
             lp = top = None
             if req.params.logprobs is not None and res.chosen_logprob is not None:
@@ -537,6 +530,20 @@ class Scheduler:
                 top = list(zip(res.top_ids[i, :k].tolist(), res.top_logprobs[i, :k].tolist()))
             self._emit(req, tokens[i], lp, top, outputs)
         return outputs
+
+    def _fails_row(self, req: Req, invalid: bool) -> bool:
+        """Fail the request alone where its logits held no valid value or its grammar allows no
+        token; True when it did."""
+        if invalid:
+            self._fail(req, "internal error: the model's logits for this request held no valid "
+                            "value (NaN or infinity)", None, 500)
+            return True
+        if req.grammar is not None and req.grammar.dead_end:
+            param = req.grammar.param
+            self._fail(req, f"{param}: the grammar allows no token after the "
+                            f"{len(req.output_ids)} generated: no output can complete it", param)
+            return True
+        return False
 
     def _emit(self, req: Req, tok: int, lp: float | None, top: list | None,
               outputs: list[TokenOutput]) -> bool:
@@ -566,14 +573,7 @@ class Scheduler:
             req, run = fl.items[i][0], fl.runs[i]
             if req.finished or req.aborted:
                 continue
-            if run.invalid:
-                self._fail(req, "internal error: the model's logits for this request held no valid "
-                                "value (NaN or infinity)", None, 500)
-                continue
-            if req.grammar is not None and req.grammar.dead_end:
-                param = req.grammar.param
-                self._fail(req, f"{param}: the grammar allows no token after the "
-                                f"{len(req.output_ids)} generated: no output can complete it", param)
+            if self._fails_row(req, run.invalid):
                 continue
             for j, tok in enumerate(run.tokens):
                 lp = run.logprobs[j] if run.logprobs is not None else None
