@@ -182,6 +182,34 @@ def test_drafting_backs_off_where_drafts_keep_failing(tiny_ckpts, monkeypatch) -
     assert stats["spec_verify_steps"] < 2 * 60 // 2  # most steps drafted nothing
 
 
+def test_resting_requests_probe_on_the_same_steps(tiny_ckpts, monkeypatch) -> None:
+    """Requests that arrived at different steps and stopped drafting probe together, on the
+    shared clock's multiples of COOLDOWN: the other steps stay plain decode steps for the whole
+    batch, however many requests rest."""
+    from radixserve.speculative import ngram
+    from radixserve.speculative.adaptive import COOLDOWN
+
+    path = tiny_ckpts["llama"]
+    s = _scheduler(path, **_spec("ngram", path))
+    drafting_steps = []
+
+    def wrong(self, reqs, lengths):
+        if any(lengths):
+            drafting_steps.append(s.spec.lengths.step - 1)  # (the clock ticked as it planned)
+        return [[0] * n for n in lengths]
+
+    monkeypatch.setattr(ngram.NgramDrafter, "propose", wrong)
+    prompts = _prompts(300)[:4]
+    sp = SamplingParams(max_tokens=120, ignore_eos=True)
+    for step in range(10):
+        if step % 3 == 0:
+            s.add_request(step // 3, prompts[step // 3], sp)
+        s.step()
+    drain(s)
+    late = [t for t in drafting_steps if t >= 3 * COOLDOWN]  # every request rests by then
+    assert len(late) >= 2 and all(t % COOLDOWN == 0 for t in late), drafting_steps
+
+
 def _chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
     """Pearson's chi-square test of `observed` counts against `expected` ones (cells with an
     expectation under 5 pooled), its p-value from the regularized upper incomplete gamma."""

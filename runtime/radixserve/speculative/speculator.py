@@ -42,6 +42,7 @@ class Speculator:
         # grows them where pages are free: `Scheduler._grow_draft_kv`)
         lengths = [max(0, min(self.lengths.next(r.uid), self._may_draft(r),
                               r.num_slots - r.kv_len - 1)) for r in reqs]
+        self.lengths.tick()
         if not any(lengths):
             return {}
         proposals = self.drafter.propose(reqs, lengths)
