@@ -312,7 +312,7 @@ def test_sampled_requests_through_the_scheduler_keep_the_distribution(tiny_ckpts
     path = tiny_ckpts["llama"]
     plain = _sampled_pairs(_scheduler(path, max_running=256))
     if biased:
-        monkeypatch.setattr(verify_step, "verify", lambda logits, drafts, req, eos, g: Verified(
+        monkeypatch.setattr(verify_step, "verify", lambda logits, drafts, req, eos, g, best: Verified(
             drafts + [int(logits[len(drafts)].argmax())]))
     s = _scheduler(path, max_running=256, **_spec("draft", path))
     spec = _sampled_pairs(s)

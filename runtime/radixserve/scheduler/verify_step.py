@@ -17,7 +17,7 @@ import torch
 
 from radixserve.core.request import Req
 from radixserve.scheduler.inflight import ForwardPass, InFlight
-from radixserve.speculative.verify import Verified, verify
+from radixserve.speculative.verify import Verified, plain_greedy, verify
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 
 
 def write_drafts(token_pool: torch.Tensor, drafts: dict[Req, list[int]]) -> None:
-    for req, d in drafts.items():
-        token_pool[req.row, req.kv_len + 1: req.kv_len + 1 + len(d)] = to_device(d, token_pool.device)
+    """Each request's drafts into its row after its last token (one indexed write)."""
+    rows = [req.row for req, d in drafts.items() for _ in d]
+    cols = [req.kv_len + 1 + j for req, d in drafts.items() for j in range(len(d))]
+    where = to_device([rows, cols], token_pool.device)
+    token_pool[where[0], where[1]] = to_device([t for d in drafts.values() for t in d],
+                                               token_pool.device)
 
 
 def verify_rows(items: list[tuple[Req, int]], drafts: dict[Req, list[int]]) -> list[int]:
@@ -73,13 +77,21 @@ def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
                 lp = [lps[j]]
                 top = [list(zip(res.top_ids[j, :k].tolist(), res.top_logprobs[j, :k].tolist()))]
             runs[i] = Verified([tokens[j]], lp, top, invalid[j])
-    for i in emits:
+    verifying = [i for i in emits if items[i][0] in drafts]
+    # the argmax of every row of the plain greedy requests, read in one copy for the step
+    greedy = [i for i in verifying if plain_greedy(items[i][0])]
+    best: dict[int, list[int]] = {}
+    if greedy:
+        at = [first[i] + j for i in greedy for j in range(len(drafts[items[i][0]]) + 1)]
+        flat = logits[to_device(at, sched.device)].argmax(-1).tolist()
+        for i in greedy:
+            n = len(drafts[items[i][0]]) + 1
+            best[i], flat = flat[:n], flat[n:]
+    for i in verifying:
         req = items[i][0]
-        if req not in drafts:
-            continue
         d = drafts[req]
         run = verify(logits[first[i]: first[i] + len(d) + 1], d, req, sched.sampler.eos_ids,
-                     sched.sampler.generator)
+                     sched.sampler.generator, best.get(i))
         runs[i] = run
         kept = max(0, len(run.tokens) - 1)
         sched.spec.record(req, len(d), kept)

@@ -28,13 +28,21 @@ class Verified(NamedTuple):
     invalid: bool = False  # a row had nothing to sample from (NaN, +inf, -inf throughout)
 
 
-def verify(logits: torch.Tensor, drafts: list[int], req: Req, eos_ids: frozenset[int],
-           generator: torch.Generator) -> Verified:
-    """`logits` [len(drafts) + 1, V]: the target's at the request's last token and at each draft."""
+def plain_greedy(req: Req) -> bool:
+    """Whether the request's tokens are its logits' argmax, nothing else asked (the common case:
+    its drafts are checked against argmaxes read for the whole step at once)."""
     p = req.params
-    plain = p.is_greedy and not p.adjusts_logits and p.logprobs is None
-    if plain:  # the common case: one argmax over the rows, read once
-        best = logits.argmax(-1).tolist()
+    return p.is_greedy and not p.adjusts_logits and p.logprobs is None
+
+
+def verify(logits: torch.Tensor, drafts: list[int], req: Req, eos_ids: frozenset[int],
+           generator: torch.Generator, best: list[int] | None = None) -> Verified:
+    """`logits` [len(drafts) + 1, V]: the target's at the request's last token and at each draft;
+    `best`: their argmaxes, where read already (a `plain_greedy` request)."""
+    p = req.params
+    if plain_greedy(req):
+        if best is None:
+            best = logits.argmax(-1).tolist()
         n = 0
         while n < len(drafts) and drafts[n] == best[n]:
             n += 1
