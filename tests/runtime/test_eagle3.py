@@ -260,3 +260,36 @@ def test_flags_eagle3_needs_a_head_and_no_graphs_or_host_tier(eagle) -> None:
         factory.plan(EngineConfig(model=str(target), cuda_graph_max_bs=8),
                      SchedulerConfig(speculative_algorithm="eagle3",
                                      speculative_draft_model_path=str(head)))
+
+
+def _rewrite(file: Path, **tensors: torch.Tensor) -> None:
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(str(file))
+    w.update(tensors)
+    save_file(w, str(file))
+
+
+def test_a_head_that_drafts_the_targets_token_keeps_every_draft(tmp_path) -> None:
+    """The machinery's ceiling, on a degenerate pair (no trained head drafts a random target's
+    tokens): a target whose final norm is zero scores every token 0, so its greedy token is
+    always id 0; a head with a zero final norm drafts draft id 0, which d2t maps to target id 0.
+    Every draft is then kept: the verify path, the head's catch-up on kept drafts and the d2t
+    map, end to end."""
+    target = write_tiny_checkpoint("qwen3", tmp_path / "target", seed=1, num_hidden_layers=4)
+    _rewrite(target / "model.safetensors", **{"model.norm.weight": torch.zeros(64)})
+    head = write_eagle3(tmp_path / "head", target, layer_ids=[0, 1, 2])
+    from safetensors.torch import load_file
+
+    hot = load_file(str(head / "model.safetensors"))["d2t"] + torch.arange(200)
+    hot = torch.cat([torch.zeros(1, dtype=hot.dtype), hot[hot != 0][:199]]).sort().values
+    _rewrite(head / "model.safetensors", **{"norm.weight": torch.zeros(64),
+                                            "d2t": hot - torch.arange(200)})
+    sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
+    s = _scheduler(target, head)
+    got = _tokens(s, _prompts(), sp)
+    assert got == _tokens(_scheduler(target), _prompts(), sp)
+    assert all(t == 0 for toks in got.values() for t in toks)
+    stats = s.stats()
+    assert stats["spec_draft_tokens"] > 0
+    assert stats["spec_accepted_tokens"] == stats["spec_draft_tokens"]
