@@ -53,7 +53,7 @@ MAX_LORA_RANK = 256  # the runtime's --max-lora-rank bound
 # match windows (a test keeps them, and rules.NGRAM_WINDOW_DEFAULTS, equal to radixserve.config's)
 MAX_DRAFT_TOKENS = 16
 MAX_NGRAM_WINDOW = 64
-SPECULATIVE_ALGORITHMS = ["ngram", "draft"]
+SPECULATIVE_ALGORITHMS = ["ngram", "draft", "eagle3"]
 # A source a pod fetches or mounts beside the model (a LoRA adapter, a draft model): never a flag,
 # no control characters; its forms (hub id, pvc://, absolute path) are a rule's (rules.py)
 SOURCE_PATTERN = r"^[^-\x00-\x20][^\x00-\x1f]*$"
@@ -609,8 +609,9 @@ def _speculative() -> dict[str, Any]:
             "algorithm": _str(
                 enum=SPECULATIVE_ALGORITHMS,
                 description="ngram: drafts looked up in the request's own prompt and output; "
-                "draft: drafts from a smaller model sharing the target's tokenizer (draftModel) "
-                "(--speculative-algorithm).",
+                "draft: drafts from a smaller model sharing the target's tokenizer (draftModel); "
+                "eagle3: drafts from an EAGLE-3 head trained for the model (draftModel), which "
+                "runs it without CUDA graphs (--speculative-algorithm).",
             ),
             "numDraftTokens": _int(
                 1, MAX_DRAFT_TOKENS, description="The most tokens drafted for a request in one "
@@ -630,8 +631,8 @@ def _speculative() -> dict[str, Any]:
                     ),
                 },
                 required=["source"],
-                description="algorithm draft (required there, and only there): the draft model, "
-                "a smaller model with the target's vocabulary.",
+                description="algorithms draft and eagle3 (required there, and only there): the "
+                "draft model, a smaller model with the target's vocabulary, or the EAGLE-3 head.",
             ),
             "ngram": _obj(
                 {

@@ -149,8 +149,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "speculative",
-        "(self.algorithm == 'draft') == has(self.draftModel)",
-        "draftModel is needed by algorithm draft, and only by it",
+        "(self.algorithm == 'draft' || self.algorithm == 'eagle3') == has(self.draftModel)",
+        "draftModel is needed by algorithms draft and eagle3, and only by them",
         ".draftModel",
     ),
     Rule(

@@ -280,7 +280,7 @@ class SpeculativeSpec:
 
     algorithm: str  # crd.SPECULATIVE_ALGORITHMS
     num_draft_tokens: int | None = None
-    draft_model: SourceSpec | None = None  # algorithm draft
+    draft_model: SourceSpec | None = None  # algorithms draft and eagle3
     min_match_window: int | None = None  # algorithm ngram
     max_match_window: int | None = None
 

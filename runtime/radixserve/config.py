@@ -36,7 +36,7 @@ KV_ADMISSION_CHOICES = ("optimistic", "reserve")
 HICACHE_WRITE_POLICIES = ("write_through", "write_back")
 TOOL_CALL_PARSERS = ("auto", "hermes", "llama3", "none")
 # the drafters `speculative/` registers (none: no speculation)
-SPECULATIVE_ALGORITHMS = ("none", "ngram", "draft")
+SPECULATIVE_ALGORITHMS = ("none", "ngram", "draft", "eagle3")
 REASONING_PARSERS = ("qwen3", "deepseek_r1")
 
 # Tokens per prefill batch (the prefill chunk) unless `--max-prefill-length` says otherwise. On a
@@ -246,15 +246,19 @@ class SchedulerConfig:
         help="speculative decoding: each decode step the target verifies the tokens a drafter "
              "proposes, and keeps those it would have produced (greedy: the same tokens; sampled: "
              "the same distribution). ngram: looked up in the request's own prompt and output; "
-             "draft: a smaller model sharing the target's tokenizer (--speculative-draft-model-path)")
+             "draft: a smaller model sharing the target's tokenizer (--speculative-draft-model-path); "
+             "eagle3: an EAGLE-3 draft head (--speculative-draft-model-path) fed the target's "
+             "hidden states, drafting a chain (top-1); on a GPU the target then runs without CUDA "
+             "graphs, and the host KV tier is refused")
     speculative_num_draft_tokens: int = option(
         4, "--speculative-num-draft-tokens", parse=int, check=within(1, 16),
         help="the most tokens drafted for a request in one step (fewer, or none, where its "
              "drafts keep being rejected)")
     speculative_draft_model_path: str | None = option(
         None, "--speculative-draft-model-path", default_text="none",
-        help="the draft model of --speculative-algorithm draft: a Hugging Face directory or hub id "
-             "of a model with the target's vocabulary")
+        help="the draft model of --speculative-algorithm draft (a Hugging Face directory or hub id "
+             "of a model with the target's vocabulary), or the EAGLE-3 head of eagle3 (a directory "
+             "or hub id with its config.json and safetensors, trained for this target)")
     speculative_ngram_min_match_window_size: int = option(
         2, "--speculative-ngram-min-match-window-size", parse=int, check=within(1, 64),
         help="ngram: the shortest suffix of a request's tokens looked up earlier in them")
@@ -269,9 +273,14 @@ class SchedulerConfig:
                              "--speculative-ngram-max-match-window-size, got "
                              f"{self.speculative_ngram_min_match_window_size} > "
                              f"{self.speculative_ngram_max_match_window_size}")
-        if (self.speculative_algorithm == "draft") != (self.speculative_draft_model_path is not None):
+        if ((self.speculative_algorithm in ("draft", "eagle3"))
+                != (self.speculative_draft_model_path is not None)):
             raise ValueError("speculative_draft_model_path is needed by --speculative-algorithm "
-                             "draft, and only by it")
+                             "draft and eagle3, and only by them")
+        if self.speculative_algorithm == "eagle3" and self.enable_hierarchical_cache:
+            raise ValueError("enable_hierarchical_cache: --speculative-algorithm eagle3 reads the "
+                             "target's hidden states kept beside its device KV, which the host "
+                             "tier does not keep")
         if self.cache == "naive":
             if self.enable_hierarchical_cache:
                 raise ValueError("enable_hierarchical_cache needs the radix cache (--cache radix)")

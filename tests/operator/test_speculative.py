@@ -200,7 +200,7 @@ HOSTILE = {
     "draft-source-a-flag": ({"algorithm": "draft", "draftModel": {"source": "--model=/etc"}},
                             "spec.speculative.draftModel.source: "),
     "draft-without-model": ({"algorithm": "draft"},
-                            "spec.speculative.draftModel: draftModel is needed by algorithm draft"),
+                            "spec.speculative.draftModel: draftModel is needed by algorithms draft and eagle3"),
     "windows-crossed": ({"algorithm": "ngram", "ngram": {"minMatchWindow": 40, "maxMatchWindow": 4}},
                         "spec.speculative.ngram: minMatchWindow must not exceed maxMatchWindow"),
 }  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from radixserve.core.context import get_context
 from radixserve.kvcache.kv_scales import SKIP_WHEN_LOADING as KV_SCALE_NAMES
 from radixserve.layers import (
     AttentionLayer,
@@ -55,6 +56,23 @@ class PieceBuffers(NamedTuple):
     qkv: torch.Tensor
     residual: torch.Tensor
     hidden: torch.Tensor
+
+
+class HiddenCapture:
+    """Where a model leaves the hidden states entering some of its layers (the residual stream
+    there; the embeddings for layer 0) for an EAGLE-3 drafter (`speculative/eagle3.py`): every
+    token a forward computes writes them at its KV slot, `store` [slots, len(layers), H], so a
+    row is as valid as the KV at the same slot (a cached prefix's rows included). Eager forwards
+    only: the engine runs no CUDA graph while a capture is set."""
+
+    def __init__(self, layers: tuple[int, ...], store: torch.Tensor) -> None:
+        assert len(store.shape) == 3 and store.shape[1] == len(layers)
+        self.layers, self.store = layers, store
+
+    def take(self, layer: int, hidden: torch.Tensor) -> None:
+        batch = get_context().batch
+        assert batch is not None, "a capture outside a forward"
+        self.store[batch.out_loc, self.layers.index(layer)] = hidden.to(self.store.dtype)
 
 
 class DecoderAttention(nn.Module):
@@ -135,6 +153,8 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
+    capture: HiddenCapture | None = None  # set by an EAGLE-3 drafter on its target
+
     def __init__(self, cfg: Any, opts: AttnOptions, make_mlp: Any) -> None:
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
@@ -163,6 +183,8 @@ class DecoderModel(nn.Module):
         else:
             assert o is not None and residual is not None, "piece i > 0 needs layer i-1's attention"
             x, residual = self.layers[i - 1].after_attn(o, residual)
+        if self.capture is not None and i in self.capture.layers:
+            self.capture.take(i, x if residual is None else x + residual)
         if i == len(self.layers):
             return self.norm(x, residual, out=None if bufs is None else bufs.hidden)[0]
         return self.layers[i].before_attn(positions, x, residual, bufs)

@@ -57,7 +57,7 @@ def _declared_dtype(cfg: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -102,7 +102,7 @@ def weight_bytes(hf_config: Any, dtype: torch.dtype) -> int:
     """The bytes of the model's parameters on this rank (built on the meta device: nothing is
     allocated), in `dtype`."""
     cls = get_model_class(hf_config)
-    with torch.device("meta"), _default_dtype(dtype):
+    with torch.device("meta"), default_dtype(dtype):
         model = cls(text_config(hf_config))
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
@@ -111,7 +111,7 @@ def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device | str) 
     """The model's modules with uninitialised parameters on `device` (built on the meta device so
     no memory is touched twice), buffers such as rotary caches computed."""
     cls = get_model_class(hf_config)
-    with torch.device("meta"), _default_dtype(dtype):
+    with torch.device("meta"), default_dtype(dtype):
         model = cls(text_config(hf_config))  # a multimodal checkpoint: its language model
     model.to_empty(device=torch.device(device))
     for module in model.modules():

@@ -95,6 +95,8 @@ class Scheduler:
         self.prefill_length = sched.prefill_length(resolve_device(engine.device).type)
         # speculative decoding (`speculative/`): what a drafter will hold, before the KV is sized
         spec = speculative_plan(engine, sched) if sched.speculates else None
+        if spec is not None and spec.engine is not None:
+            engine = spec.engine  # (what the drafter needs of the target: eagle3, no CUDA graphs)
         host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
                 if sched.enable_hierarchical_cache else None)
         self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,

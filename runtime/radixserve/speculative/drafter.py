@@ -23,6 +23,11 @@ class BaseDrafter(ABC):
         return NO_COMPANION, None
 
     @classmethod
+    def target_config(cls, engine_cfg: EngineConfig) -> EngineConfig:
+        """The target's engine config with what this drafter needs of it (default: as given)."""
+        return engine_cfg
+
+    @classmethod
     @abstractmethod
     def create(cls, engine_cfg: EngineConfig, cfg: SchedulerConfig, target: Engine,
                context: Any) -> BaseDrafter:

@@ -19,14 +19,16 @@ class SpeculativePlan(NamedTuple):
     drafter: type[BaseDrafter]
     companion: Companion  # what the target's KV sizing leaves room for
     context: Any = None  # what the drafter's `plan` resolved (a draft model's source)
+    engine: EngineConfig | None = None  # the target's engine config, as the drafter needs it
 
 
 def plan(engine_cfg: EngineConfig, cfg: SchedulerConfig) -> SpeculativePlan:
     name = cfg.speculative_algorithm
     importlib.import_module(f"radixserve.speculative.{name}")  # (each registers its drafter)
     drafter = DRAFTERS.get(name)
+    engine_cfg = drafter.target_config(engine_cfg)
     companion, context = drafter.plan(engine_cfg, cfg)
-    return SpeculativePlan(drafter, companion, context)
+    return SpeculativePlan(drafter, companion, context, engine_cfg)
 
 
 def create_speculator(p: SpeculativePlan, engine_cfg: EngineConfig, cfg: SchedulerConfig,
