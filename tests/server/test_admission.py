@@ -26,8 +26,9 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("admission")
     model = write_tiny_checkpoint("llama", root / "slow", hidden_size=256, intermediate_size=1024,
                                   num_hidden_layers=12, head_dim=64, max_position_embeddings=8192)
+    # reserve admission: two huge requests hold most of the pool, so others queue behind them
     s = ServerProcess(model, root / "server.log", "--max-kv-tokens", str(KV_TOKENS), "--default-max-tokens", "7",
-                      env={"RADIXSERVE_HEARTBEAT_TIMEOUT_S": "1.5"})
+                      "--kv-admission", "reserve", env={"RADIXSERVE_HEARTBEAT_TIMEOUT_S": "1.5"})
     s.wait_ready()
     yield s
     assert s.stop() == 0, s.log()[-3000:]

@@ -334,7 +334,8 @@ class Scheduler:
         slot yet; False, allocating nothing, when even eviction cannot give them all."""
         if self.estimate is None:
             return True  # (reserved at admission)
-        rows = [r for r in self.running if r.prefill_done and r.num_slots <= r.kv_len]
+        rows = [r for r in self.running
+                if r.prefill_done and not r.params.embed and r.num_slots <= r.kv_len]
         if not rows:
             return True
         ps = self.cache.page_size
