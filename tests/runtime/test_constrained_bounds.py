@@ -168,6 +168,7 @@ def test_a_compilation_past_the_time_limit_is_a_400_naming_it(path, monkeypatch)
     s.add_request(1, [5, 6, 8], SamplingParams(max_tokens=4, json_schema=ANY_OBJECT))
     s.add_request(2, [5, 6, 9], SamplingParams(max_tokens=4, ignore_eos=True))
     outs, failures = run(s, limit_s=60)
+    assert len(failures) == 1, failures
     ((uid, message, param, status),) = failures
     assert (uid, param, status) == (0, "json_schema", 400)
     assert "did not compile within 10s" in message and "RADIXSERVE_GRAMMAR_COMPILE_TIMEOUT_S" in message

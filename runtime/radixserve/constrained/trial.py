@@ -102,7 +102,10 @@ def try_compile(info: Any, kind: str, text: str, memory_mb: int, stop: threading
         os.close(w)
         raise
     if pid == 0:  # pragma: no cover -- the child (coverage cannot follow it)
-        os.close(r)
+        # every other descriptor closed: another trial's pipe, open in the parent while this
+        # child forked, would keep that trial from seeing its end until this child's
+        os.closerange(3, w)
+        os.closerange(w + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         _child(w, info, kind, text, memory_mb << 20, os.getppid())
     os.close(w)
     chunks: list[bytes] = []
