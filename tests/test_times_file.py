@@ -10,6 +10,7 @@ pytest_plugins = ["pytester"]
 ROOT_CONFTEST = Path(__file__).with_name("conftest.py")
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_each_test_is_one_line_with_why_it_failed(pytester: pytest.Pytester, monkeypatch,
                                                  workers: list[str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.deploy.fake_hub import FakeHub
 from tests.deploy.test_model_download import DEAD_HUB, _env, download
@@ -16,6 +17,7 @@ from tests.server.server_process import ServerProcess
 DRAFT_ID = "org/tiny-draft"
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_the_pods_draft_model_is_downloaded_then_drafts_offline(tmp_path: Path) -> None:
     from radixserve.testing import write_tiny_checkpoint
     from radixserve_operator.builders import build_workload

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.deploy.fake_hub import FakeHub
 from tests.deploy.test_model_download import DEAD_HUB, _env, download
@@ -26,6 +27,7 @@ def _answer(server: ServerProcess, model: str) -> list[int]:
     return r.json()["output_ids"]
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_download_the_adapter_then_serve_it_offline(tmp_path: Path) -> None:
     from radixserve.testing import write_tiny_checkpoint
 

@@ -54,6 +54,7 @@ def download(*args: str, env: dict[str, str], timeout: float = 120) -> subproces
     )  # fmt: skip
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_download_then_again_then_serve_offline(hub: FakeHub, tmp_path: Path) -> None:
     from tests.server.server_process import ServerProcess
 

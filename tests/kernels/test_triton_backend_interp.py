@@ -41,6 +41,7 @@ def test_triton_backend_matches_torch(case: str, page: int, kv_stored: bool, kv_
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @pytest.mark.parametrize("page", [1, 16])
 @pytest.mark.parametrize("case", [*WINDOW_CASES, "mixed"])
 def test_windowed_layers_match_torch(case: str, page: int) -> None:
@@ -117,6 +118,7 @@ def test_decode_kernel_rotates_the_new_token_only_in_small_decode_batches() -> N
         assert not backend.fuses_rope(batch)
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_graph_replay_reads_the_longest_first_order_the_host_copied_in() -> None:
     """From ORDER_MIN_BS decode requests the host sorts the lengths and copies the launch order
     into the graph's buffer: a replay reads the new batch's longest-first order (ties in batch

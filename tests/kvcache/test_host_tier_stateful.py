@@ -125,6 +125,7 @@ class TieredCacheMachine(RuleBasedStateMachine):
                     assert got == want, f"host slot {slot} holds the wrong KV"
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @pytest.mark.parametrize("page_size,write_back", [(1, False), (2, False), (2, True), (4, True)])
 def test_host_tier_keeps_kv_and_accounting(page_size: int, write_back: bool) -> None:
     machine = type(f"Tiered{page_size}{write_back}", (TieredCacheMachine,),

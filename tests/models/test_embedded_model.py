@@ -26,6 +26,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @needs_gguf
 def test_embedded_model_converts_once_and_matches_transformers(cache, monkeypatch):
     from transformers import AutoTokenizer

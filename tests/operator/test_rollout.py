@@ -85,6 +85,7 @@ def test_an_unschedulable_pod_without_a_surge_is_not_surge_blocked(cluster, memo
     assert state(cluster.resource())[3] == "InsufficientGPU"
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_the_spec_may_fall_back_to_in_place_for_that_rollout(cluster, memo, make_body) -> None:
     spec = {"model": {"source": "Qwen/Qwen3-0.6B"}, "parallelism": {"tensor": 1},
             "rollout": {"whenSurgeBlocked": "ReplaceInPlace"}}

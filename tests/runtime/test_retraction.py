@@ -78,6 +78,7 @@ def run_checked(s: Scheduler, arrivals: dict[int, list[int]], aborts: dict[int, 
     return out
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -42,6 +42,7 @@ def test_tp2_equals_tp1(tiny_ckpts, arch) -> None:
         llm.close()
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_late_follower_still_serves_first_request(tiny_ckpts, monkeypatch) -> None:
     ref = tokens(LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu"))
     monkeypatch.setenv("RADIXSERVE_TP_FOLLOWER_DELAY_S", "3")
@@ -79,6 +80,7 @@ def test_embedded_model_cannot_split_in_two_and_says_why() -> None:
         LLM(None, tp=2, dtype="float32", device="cpu")
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_group_that_never_forms_fails_with_the_reason(tiny_ckpts, monkeypatch) -> None:
     ref = tokens(LLM(str(tiny_ckpts["llama"]), dtype="float32", device="cpu"))
     monkeypatch.setenv("RADIXSERVE_TP_FOLLOWER_DELAY_S", "60")  # rank 1 never joins in time

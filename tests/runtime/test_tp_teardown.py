@@ -81,6 +81,7 @@ print("SAME" if got == want else f"DIFFERENT {{got}} {{want}}")
 """
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tp_from_a_script_on_stdin(tiny_ckpts, tmp_path) -> None:
     script = SCRIPT.format(model=str(tiny_ckpts["llama"]))
     done = subprocess.run([sys.executable, "-"], check=False, input=script, text=True, capture_output=True,

@@ -88,6 +88,7 @@ def test_window_as_long_as_the_context_is_full_attention(tmp_path):
     assert _tokens(llm, prompts) == hf_greedy(path, prompts, MAX_NEW)
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 @interpreter_only
 @pytest.mark.parametrize("arch,head_dim", [("mistral", 16), ("gemma3", 32)])
 def test_triton_backend_gives_transformers_tokens(tmp_path, monkeypatch, arch, head_dim):
