@@ -21,7 +21,7 @@ from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.engine import Companion, Engine
 from radixserve.kvcache.allocator import PageAllocator
 from radixserve.models.source import ModelSource
-from radixserve.speculative.drafter import DRAFTERS, BaseDrafter
+from radixserve.speculative.drafter import DRAFTERS, BaseDrafter, free_row
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
@@ -151,7 +151,4 @@ class DraftModelDrafter(BaseDrafter):
         return out
 
     def release(self, req: Req) -> None:
-        rec = self._rows.pop(req.uid, None)
-        if rec is not None:
-            self.allocator.free(self.allocator.slots_to_pages(rec.slots))
-            self.table.free_row(rec.row)
+        free_row(self._rows, req.uid, self.allocator, self.table)

@@ -10,7 +10,9 @@ from radixserve.utils.registry import Registry
 if TYPE_CHECKING:
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.core.request import Req
+    from radixserve.core.table import TableManager
     from radixserve.engine.engine import Engine
+    from radixserve.kvcache.allocator import PageAllocator
 
 DRAFTERS: Registry[type[BaseDrafter]] = Registry("speculative algorithm")
 
@@ -41,3 +43,12 @@ class BaseDrafter(ABC):
 
     def release(self, req: Req) -> None:
         """The request is done: forget what is kept for it (a draft model's KV)."""
+
+
+def free_row(rows: dict[int, Any], uid: int, allocator: PageAllocator, table: TableManager) -> None:
+    """A model drafter's request is done: its own row of the drafter's page table and its KV slots
+    (`rows[uid]`, with `row` and `slots`) go back."""
+    rec = rows.pop(uid, None)
+    if rec is not None:
+        allocator.free(allocator.slots_to_pages(rec.slots))
+        table.free_row(rec.row)

@@ -37,7 +37,7 @@ from radixserve.kvcache.pool import MHAKVPool
 from radixserve.models import hf_config as hc
 from radixserve.models.decoder import DecoderModel, HiddenCapture
 from radixserve.models.source import ModelSource
-from radixserve.speculative.drafter import DRAFTERS, BaseDrafter
+from radixserve.speculative.drafter import DRAFTERS, BaseDrafter, free_row
 from radixserve.speculative.eagle3_head import (
     EMBED,
     FIELD,
@@ -237,7 +237,4 @@ class Eagle3Drafter(BaseDrafter):
         return out
 
     def release(self, req: Req) -> None:
-        rec = self._rows.pop(req.uid, None)
-        if rec is not None:
-            self.allocator.free(self.allocator.slots_to_pages(rec.slots))
-            self.table.free_row(rec.row)
+        free_row(self._rows, req.uid, self.allocator, self.table)
