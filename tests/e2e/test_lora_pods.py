@@ -34,7 +34,10 @@ def _adapter_files(root: Path) -> dict[str, bytes]:
     base = resolve_model_path(None)
     out = {}
     for name, (_, seed) in ADAPTERS.items():
-        path = write_peft_adapter(base, root / name, seed, r=2, target_modules=["q_proj"])
+        # alpha 256 (scale 128): at PEFT's default scale a rank-2 q_proj adapter leaves the
+        # embedded model's answer unchanged, so it could not tell an adapter's answer from the base's
+        path = write_peft_adapter(base, root / name, seed, r=2, lora_alpha=256,
+                                  target_modules=["q_proj"])
         out |= {f"{name}.{f}": (path / f).read_bytes() for f in FILES}
     return out
 
