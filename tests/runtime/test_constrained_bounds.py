@@ -57,8 +57,9 @@ def run(s: Scheduler, limit_s: float = 120.0) -> tuple[dict[int, list], list]:
     return outs, failures
 
 
-def children() -> set[int]:
-    """This process's live child processes (the grammar trials among them)."""
+def children(pid: int | None = None) -> set[int]:
+    """The live child processes of `pid` (default: this process; the grammar trials among them)."""
+    pid = os.getpid() if pid is None else pid
     out = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -67,7 +68,7 @@ def children() -> set[int]:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            if int(fields[1]) == pid and fields[0] != "Z":
                 out.add(int(entry))
     return out
 

@@ -5,13 +5,13 @@ compile workers serve the next grammar at once."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
 import httpx
 import pytest
 
+from tests.runtime.test_constrained_bounds import children
 from tests.server.server_process import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -103,20 +103,6 @@ def test_an_unknown_metaschema_is_never_fetched(server) -> None:
     assert bad.status_code == 400 and "not a valid JSON schema at /type" in bad.json()["error"]["message"], bad.text
 
 
-def _children(pid: int) -> set[int]:
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.add(int(entry))
-    return out
-
-
 def _optional_properties(n: int, prefix: str) -> dict:
     """A schema whose compilation takes minutes and gigabytes for n in the thousands."""
     return {"type": "object", "properties": {f"{prefix}{i}": {"type": "string"} for i in range(n)}}
@@ -127,7 +113,7 @@ def test_a_client_that_leaves_stops_its_compilation(server) -> None:
     scheduler's trial processes end) and a new grammar is compiled at once, long before the
     compile time limit would have freed the workers."""
     scheduler = server.child_pid("scheduler")
-    before = _children(scheduler)
+    before = children(scheduler)
     for prefix in ("left_a", "left_b"):
         with pytest.raises(httpx.ReadTimeout):
             _post(server.base, "/v1/chat/completions", CHAT | {"response_format": {"type": "json_schema", "json_schema": {
@@ -139,6 +125,6 @@ def test_a_client_that_leaves_stops_its_compilation(server) -> None:
         "type": "json_schema", "json_schema": {"name": "x", "schema": fresh}}}, timeout=60)
     assert r.status_code == 200, r.text[:300]
     assert time.monotonic() - t0 < 15, "the new grammar waited for the abandoned ones"  # the limit is 30 s
-    while _children(scheduler) - before:
+    while children(scheduler) - before:
         assert time.monotonic() - t0 < 15, "an abandoned compilation is still running"
         time.sleep(0.1)

@@ -72,19 +72,21 @@ _FORK_TRIES = 100
 _FORK_RETRY_S = 0.05
 
 
+def _fork_once() -> int:
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: see NOTE
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
 def _fork() -> int:
-    for attempt in range(_FORK_TRIES):
+    # an audit hook may refuse the fork for now: filelock's, while another thread (a Triton or
+    # FlashInfer compile) holds a lock file; it lets go within moments
+    for _ in range(_FORK_TRIES - 1):
         try:
-            with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: see NOTE
-                warnings.simplefilter("ignore", DeprecationWarning)
-                return os.fork()
+            return _fork_once()
         except RuntimeError:
-            # an audit hook refused the fork for now: filelock's, while another thread (a Triton
-            # or FlashInfer compile) holds a lock file; it lets go within moments
-            if attempt == _FORK_TRIES - 1:
-                raise
             time.sleep(_FORK_RETRY_S)
-    raise AssertionError("unreachable")
+    return _fork_once()
 
 
 def try_compile(info: Any, kind: str, text: str, memory_mb: int, stop: threading.Event) -> bool:
