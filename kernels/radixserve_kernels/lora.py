@@ -10,8 +10,10 @@ B in its own output rows (`part_bounds`), its scaling folded in. An adapter of a
 one that leaves a projection out, has zeros there.
 
 Tokens are grouped by slot once a forward (`lora_groups`, on the device, no host sync, so a CUDA
-graph captures it): the grid has one axis over the slots, and a program whose slot has fewer
-tokens than its block's start returns at once; the base model's tokens (slot -1) belong to no
+graph captures it): a program takes one tile (up to 16 tokens of one slot, found by a scan of
+the slots' counts), and the grid allows for the most tiles the batch's size can make, so the
+programs past the tiles a batch has return at once (not one per slot and block: at batch 1 with
+8 slots that would launch 8 times the programs); the base model's tokens (slot -1) belong to no
 group and keep the layer's output as it is.
 """
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import NamedTuple
 
 import torch
 
-from radixserve_kernels._utils import cdiv, dot_precision
+from radixserve_kernels._utils import cdiv, dot_precision, next_pow2
 
-# the shrink's K (the layer's input) is cut into splits of at least this many columns, summed
-# after: the rank is small, so a long input (a down projection's) would leave a decode step a
-# handful of programs each streaming its whole A; a shorter one takes no split, whose sum would
-# cost two launches more than the stream it saves
-SHRINK_SPLIT_COLS = 4096
+# the shrink cuts its K (the layer's input) into splits of at least this many columns, as many
+# as it takes to give the device about SHRINK_PROGRAMS programs: the rank is small, so a
+# decode step's few tokens would otherwise leave a handful of programs each streaming its whole
+# A, a latency-bound chain of loads. The splits' partial planes (float32) are summed by the
+# expand as it loads them, so a split costs no launch.
+SHRINK_SPLIT_MIN_COLS = 256
+SHRINK_PROGRAMS = 128
+SHRINK_BLOCK_M = 16
 
 
 class LoRAGroups(NamedTuple):
@@ -79,59 +84,74 @@ def lora_expand_ref(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: L
     return y
 
 
-def _shrink_splits(k: int) -> int:
-    return max(1, k // SHRINK_SPLIT_COLS)
+def max_tiles(tokens: int, num_slots: int, block_m: int) -> int:
+    """The most tiles of `block_m` tokens of one slot that `tokens` tokens can make: each slot
+    with tokens starts a tile (known on the device only: the grid allows for the worst case)."""
+    return cdiv(tokens, block_m) + min(num_slots, tokens) - 1
 
 
-def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
+def shrink_splits(tokens: int, k: int, n_blocks: int) -> int:
+    """How many splits of K the shrink of `tokens` tokens takes (1: no partial planes)."""
+    m_blocks = cdiv(max(tokens, 1), SHRINK_BLOCK_M)
+    return max(1, min(k // SHRINK_SPLIT_MIN_COLS, cdiv(SHRINK_PROGRAMS, m_blocks * n_blocks)))
+
+
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups, *,
+                reduce: bool = True) -> torch.Tensor:
     """Triton twin of `lora_shrink_ref` for x [T, in] (last dim contiguous), a [S, P*R, in]
-    contiguous. The rows of base-model tokens are left unwritten (nothing reads them)."""
+    contiguous. The rows of base-model tokens are left unwritten (nothing reads them).
+    `reduce` False: the splits' partial planes [splits, T, P*R] as they are (float32 where
+    there are several), for `lora_expand_` to sum as it reads them."""
     from radixserve_kernels._jit.lora import lora_gemm_kernel
 
     t, k = x.shape
     num_slots, n, _ = a.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
-    splits = _shrink_splits(k)
+    block_n = min(64, max(16, next_pow2(n)))
+    splits = shrink_splits(t, k, cdiv(n, block_n))
     out_dtype = x.dtype if splits == 1 else torch.float32
     out = torch.empty(splits, t, n, dtype=out_dtype, device=x.device)
-    if t == 0:
-        return out[0].to(x.dtype)
-    block_m, block_n, block_k = 16, 16, (128 if x.dtype != torch.float32 else 64)
-    k_split = cdiv(cdiv(k, splits), block_k) * block_k
-    grid = (cdiv(t, block_m), cdiv(n, block_n) * splits, num_slots)
-    lora_gemm_kernel[grid](
-        x, a, out, groups.order, groups.starts, groups.counts,
-        n, k, k_split, x.stride(0), a.stride(0), a.stride(1), out.stride(1), out.stride(0),
-        n, n, 0,
-        SPLITS=splits, NUM_PARTS=1, ACCUMULATE=False,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(x.dtype),
-        num_warps=4, num_stages=2,
-    )
+    if t > 0:
+        block_k = 128 if x.dtype != torch.float32 else 64
+        k_split = cdiv(cdiv(k, splits), block_k) * block_k
+        grid = (max_tiles(t, num_slots, SHRINK_BLOCK_M), cdiv(n, block_n) * splits)
+        lora_gemm_kernel[grid](
+            x, a, out, groups.order, groups.starts, groups.counts, num_slots,
+            n, k, k_split, x.stride(0), 0, a.stride(0), a.stride(1), out.stride(1),
+            out.stride(0), n, n, 0,
+            SPLITS=splits, IN_PLANES=1, NUM_PARTS=1, ACCUMULATE=False,
+            BLOCK_M=SHRINK_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
+            PRECISION=dot_precision(x.dtype), num_warps=4, num_stages=2,
+        )
+    if not reduce:
+        return out
     return out[0] if splits == 1 else out.sum(0).to(x.dtype)
 
 
 def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,
                  part_bounds: tuple[int, ...]) -> torch.Tensor:
     """Triton twin of `lora_expand_ref`: y [T, out] (rows may be strided, last dim contiguous)
-    updated in place, v [T, P*R], b [S, out, R] contiguous; at most 3 projections."""
+    updated in place, v [T, P*R] or the shrink's unreduced planes [splits, T, P*R], b [S, out, R]
+    contiguous; at most 3 projections."""
     from radixserve_kernels._jit.lora import lora_gemm_kernel
 
     t, n = y.shape
     num_slots, _, rank = b.shape
     parts = len(part_bounds) - 1
     assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
-    assert y.stride(-1) == 1 and v.stride(-1) == 1, "y and v need contiguous rows"
+    planes = v if v.dim() == 3 else v.unsqueeze(0)
+    assert y.stride(-1) == 1 and planes.stride(-1) == 1, "y and v need contiguous rows"
     if t == 0:
         return y
     ends = list(part_bounds[1:-1]) + [n] * (3 - parts)  # where projections 0 and 1 end
     block_m, block_n, block_k = 16, 64, 16
-    grid = (cdiv(t, block_m), cdiv(n, block_n), num_slots)
+    grid = (max_tiles(t, num_slots, block_m), cdiv(n, block_n))
     lora_gemm_kernel[grid](
-        v, b, y, groups.order, groups.starts, groups.counts,
-        n, rank, rank, v.stride(0), b.stride(0), b.stride(1), y.stride(0), 0,
-        ends[0], ends[1], rank,
-        SPLITS=1, NUM_PARTS=parts, ACCUMULATE=True,
+        planes, b, y, groups.order, groups.starts, groups.counts, num_slots,
+        n, rank, rank, planes.stride(1), planes.stride(0), b.stride(0), b.stride(1), y.stride(0),
+        0, ends[0], ends[1], rank,
+        SPLITS=1, IN_PLANES=planes.shape[0], NUM_PARTS=parts, ACCUMULATE=True,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(y.dtype),
         num_warps=4, num_stages=2,
     )

@@ -55,3 +55,37 @@ def test_greedy_tokens_on_cuda_equal_plain_decoding(tiny_ckpts, algo: str, page_
     assert replays > 0, "no verification batch replayed a prefill graph"
     if algo == "draft":
         assert stats["spec_accepted_tokens"] == stats["spec_draft_tokens"], stats
+
+
+@pytest.mark.parametrize(("page_size", "overlap"), [(1, True), (16, False)])
+def test_eagle3_greedy_tokens_on_cuda_equal_plain_decoding(tmp_path, page_size: int,
+                                                           overlap: bool) -> None:
+    """EAGLE-3 on CUDA (the target runs eagerly: the hidden-state capture is not graphed), its
+    head in the published format, against plain decoding with graphs on the same device."""
+    from radixserve import SamplingParams
+    from radixserve.config import EngineConfig, SchedulerConfig
+    from radixserve.scheduler.scheduler import Scheduler
+    from radixserve.testing import write_tiny_checkpoint
+    from tests.runtime.test_eagle3 import write_eagle3
+
+    target = write_tiny_checkpoint("qwen3", tmp_path / "target", seed=1, num_hidden_layers=4)
+    head = write_eagle3(tmp_path / "head", target, layer_ids=[0, 1, 2])
+
+    def tokens(**spec) -> tuple[dict[int, list[int]], dict]:
+        s = Scheduler(EngineConfig(model=str(target), dtype="float32", device="cuda",
+                                   page_size=page_size),
+                      SchedulerConfig(max_running_requests=16, overlap=overlap, **spec))
+        for uid, p in enumerate(PROMPTS):
+            s.add_request(uid, p, SamplingParams(max_tokens=MAX_NEW, ignore_eos=True))
+        out = {uid: [o.token_id for o in outs] for uid, outs in drain(s).items()}
+        s.check_integrity()
+        stats = s.stats()
+        s.engine.release_cuda_graphs()
+        del s
+        gc.collect()
+        return out, stats
+
+    plain, _ = tokens()
+    got, stats = tokens(speculative_algorithm="eagle3", speculative_draft_model_path=str(head))
+    assert got == plain
+    assert stats["spec_verify_steps"] > 0 and stats["spec_draft_tokens"] > 0, stats

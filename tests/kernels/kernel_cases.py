@@ -645,8 +645,13 @@ def check_lora(dev: str, dtype: torch.dtype, tokens: int, hidden: int, parts: tu
     y0 = torch.randn(tokens, out, generator=gen).to(dtype).to(dev)
     # y as a strided view (a column slice of a wider buffer, as a fused projection's output)
     y = torch.cat([y0, y0[:, :3]], dim=1)[:, :out]
-    lora_expand_(y, want_v, b, groups, parts)
     want = lora_expand_ref(y0.clone(), want_v, b, groups, parts)
+    lora_expand_(y, want_v, b, groups, parts)
+    close(y, want, dtype, scale=4)
+    assert torch.equal(y[~mine], y0[~mine])
+    # the layer's path: the shrink's partial planes left for the expand to sum as it reads them
+    y = torch.cat([y0, y0[:, :3]], dim=1)[:, :out]
+    lora_expand_(y, lora_shrink(x, a, groups, reduce=False), b, groups, parts)
     close(y, want, dtype, scale=4)
     assert torch.equal(y[~mine], y0[~mine])
 

@@ -181,9 +181,11 @@ def test_lora_shrink_expand(dtype: torch.dtype, parts: tuple[int, ...]) -> None:
     kc.check_lora("cpu", dtype, tokens=21, hidden=40, parts=parts, rank=8, slots=3)
 
 
-def test_lora_shrink_split_k() -> None:
-    # an input wide enough that the shrink sums split partials
-    kc.check_lora("cpu", torch.float32, tokens=5, hidden=8300, parts=(0, 16), rank=16, slots=2)
+@pytest.mark.parametrize("dtype", MATMUL)
+def test_lora_shrink_split_k(dtype: torch.dtype) -> None:
+    # an input wide enough that the shrink leaves split partials for the expand to sum, and
+    # one slot's tokens over several tiles (slot 1 is left empty: slot 0 holds about half)
+    kc.check_lora("cpu", dtype, tokens=37, hidden=8300, parts=(0, 16), rank=16, slots=2)
 
 
 def test_page_indices() -> None:
