@@ -25,7 +25,7 @@ def lora_gemm_kernel(
     slot = tl.full([], -1, tl.int32)
     local = tl.full([], 0, tl.int32)
     first = tl.full([], 0, tl.int32)
-    for s in range(0, num_slots):
+    for s in range(num_slots):
         tiles = (tl.load(counts_ptr + s) + BLOCK_M - 1) // BLOCK_M
         hit = (slot < 0) & (tile < first + tiles)
         slot = tl.where(hit, s, slot)
