@@ -259,6 +259,11 @@ class SchedulerConfig:
         help="the draft model of --speculative-algorithm draft (a Hugging Face directory or hub id "
              "of a model with the target's vocabulary), or the EAGLE-3 head of eagle3 (a directory "
              "or hub id with its config.json and safetensors, trained for this target)")
+    speculative_disable_by_batch_size: int | None = option(
+        None, "--speculative-disable-by-batch-size", parse=int, check=positive, default_text="none",
+        help="no request drafts while more than this many requests decode (vLLM's flag): past a "
+             "batch of a few requests a verification step costs about what its kept drafts save "
+             "(docs/benchmarks.md)")
     speculative_ngram_min_match_window_size: int = option(
         2, "--speculative-ngram-min-match-window-size", parse=int, check=within(1, 64),
         help="ngram: the shortest suffix of a request's tokens looked up earlier in them")

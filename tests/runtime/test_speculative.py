@@ -319,3 +319,25 @@ def test_sampled_requests_through_the_scheduler_keep_the_distribution(tiny_ckpts
     assert s.stats()["spec_verify_steps"] > 0
     p = _homogeneity_pvalue(plain, spec)
     assert (p < ALPHA) if biased else (p > ALPHA), p
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_no_request_drafts_while_more_decode_than_the_limit(tiny_ckpts, limit) -> None:
+    """--speculative-disable-by-batch-size: with six requests decoding, none drafts until at
+    most `limit` are left (the short ones done); the tokens stay the plain ones. Without a limit
+    (the control) the full batch drafts."""
+    path = tiny_ckpts["llama"]
+    prompts = _prompts(300)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (4, 4, 4, 4, 24, 24)]
+    plain = _tokens(_run(_scheduler(path), prompts, params))
+    s = _scheduler(path, speculative_disable_by_batch_size=limit, **_spec("draft", path))
+    planned, plan = [], s.spec.plan
+    s.spec.plan = lambda reqs: planned.append((len(reqs), bool(d := plan(reqs)))) or d
+    assert _tokens(_run(s, prompts, params)) == plain
+    drafting = [n for n, drafted in planned if drafted]
+    assert drafting, planned
+    if limit is None:
+        assert max(drafting) == len(prompts)
+    else:
+        assert max(drafting) <= limit
+        assert any(n > limit for n, _ in planned), planned  # steps that did not draft

@@ -5,7 +5,8 @@ reply's usage report.
 A request does not draft (it decodes one token a step, as without speculation) while its drafts
 would not pay or could not be verified exactly here: penalties (their counts would move within the
 drafted run), a grammar (its matcher is advanced token by token), the last token it may produce
-(`max_tokens`), or its prompt logprobs still to come."""
+(`max_tokens`), or its prompt logprobs still to come. No request drafts while more requests
+decode than `--speculative-disable-by-batch-size` (`max_batch`)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,9 +19,10 @@ if TYPE_CHECKING:
 
 
 class Speculator:
-    def __init__(self, drafter: BaseDrafter, most: int) -> None:
+    def __init__(self, drafter: BaseDrafter, most: int, max_batch: int | None = None) -> None:
         self.drafter = drafter
         self.lengths = DraftLengths(most)
+        self.max_batch = max_batch
         self.drafted = self.accepted = self.verify_steps = 0  # totals, for the metrics
 
     @staticmethod
@@ -34,12 +36,20 @@ class Speculator:
     def may_draft(self, reqs: list[Req]) -> bool:
         """Whether any of the requests may draft in the next step (its step then reads the tokens
         of the step before first)."""
-        return any(self._may_draft(r) and self.lengths.wants(r.uid) for r in reqs if r.prefill_done)
+        decoding = [r for r in reqs if r.prefill_done]
+        return not self._too_many(decoding) and any(
+            self._may_draft(r) and self.lengths.wants(r.uid) for r in decoding)
+
+    def _too_many(self, decoding: list[Req]) -> bool:
+        return self.max_batch is not None and len(decoding) > self.max_batch
 
     def plan(self, reqs: list[Req]) -> dict[Req, list[int]]:
         """The drafts of the requests that draft this step (none drafted: absent)."""
         # no more drafts than the KV slots it holds past its next token (optimistic admission
         # grows them where pages are free: `Scheduler._grow_draft_kv`)
+        if self._too_many(reqs):
+            self.lengths.tick()
+            return {}
         lengths = [max(0, min(self.lengths.next(r.uid), self._may_draft(r),
                               r.num_slots - r.kv_len - 1)) for r in reqs]
         self.lengths.tick()
