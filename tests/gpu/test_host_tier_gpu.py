@@ -126,3 +126,27 @@ def test_tp2_ranks_agree_with_the_tier(tiny_ckpts) -> None:
             if kv is not None:
                 assert s.stats()["retractions"] > 0 and s.stats()["host_loaded_tokens"] > 0
     assert out[POOL] == out[None]
+
+
+@pytest.mark.parametrize("tier", [False, True])
+def test_the_multi_turn_bench_at_scale_completes_every_turn(tiny_ckpts, tier) -> None:
+    """The multi-turn workload of `bench offline --multi-turn` at its GPU row's shape (100
+    conversations x 6 turns, a pool of a quarter of the working set, bf16, the default attention
+    backend, prefill chunks of 8192 with their graphs) on the tiny model: every turn is answered
+    in full, the books balance at the end, and the tier loads its hits back."""
+    from radixserve.bench.multi_turn import conversations, run_turns, working_set
+    from radixserve.config import EngineConfig, SchedulerConfig
+    from radixserve.scheduler.scheduler import Scheduler
+
+    # (questions and answers shorter than the row's: the tiny model's context is 1,024 tokens)
+    convs = conversations(100, 6, 256, (16, 48), (16, 48), vocab_size=250, seed=0)
+    eng = EngineConfig(model=str(tiny_ckpts["qwen3"]), dtype="bfloat16", device="cuda",
+                       max_kv_tokens=working_set(convs) // 4)
+    s = Scheduler(eng, SchedulerConfig(max_prefill_length=8192, enable_hierarchical_cache=tier,
+                                       hicache_ratio=4.0))
+    run = run_turns(s, convs)
+    s.check_integrity()
+    assert run.output_tokens == sum(sum(c.answers) for c in convs)
+    assert len(run.ttft) == 100 * 6
+    assert (run.host_hit_tokens > 0) == tier
+    assert run.prefill_tokens <= run.prompt_tokens
