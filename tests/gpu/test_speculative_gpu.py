@@ -18,7 +18,6 @@ PROMPTS = [[5, 6, 7, 8] * 8, [9, 10, 11] * 11, list(range(20, 52)) * 2,
 
 
 def _run(path, page_size: int, **spec) -> tuple[dict[int, list[int]], dict, int]:
-    from radixserve import SamplingParams
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.scheduler import Scheduler
 
@@ -30,6 +29,15 @@ def _run(path, page_size: int, **spec) -> tuple[dict[int, list[int]], dict, int]
     s.engine.prefill_graphs.run = lambda batch: (replays.append(any(b is batch for b in verifying))
                                                  or run(batch))
     s.engine.forward_rows = lambda batch, r: verifying.append(batch) or rows(batch, r)
+    out, stats = _tokens_then_release(s)
+    return out, stats, sum(replays)
+
+
+def _tokens_then_release(s) -> tuple[dict[int, list[int]], dict]:
+    """Each prompt's greedy tokens and the scheduler's stats, its books checked; its graphs and
+    memory released."""
+    from radixserve import SamplingParams
+
     for uid, p in enumerate(PROMPTS):
         s.add_request(uid, p, SamplingParams(max_tokens=MAX_NEW, ignore_eos=True))
     out = {uid: [o.token_id for o in outs] for uid, outs in drain(s).items()}
@@ -38,7 +46,7 @@ def _run(path, page_size: int, **spec) -> tuple[dict[int, list[int]], dict, int]
     s.engine.release_cuda_graphs()
     del s
     gc.collect()
-    return out, stats, sum(replays)
+    return out, stats
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -62,7 +70,6 @@ def test_eagle3_greedy_tokens_on_cuda_equal_plain_decoding(tmp_path, page_size: 
                                                            overlap: bool) -> None:
     """EAGLE-3 on CUDA (the target runs eagerly: the hidden-state capture is not graphed), its
     head in the published format, against plain decoding with graphs on the same device."""
-    from radixserve import SamplingParams
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.scheduler import Scheduler
     from radixserve.testing import write_tiny_checkpoint
@@ -72,18 +79,9 @@ def test_eagle3_greedy_tokens_on_cuda_equal_plain_decoding(tmp_path, page_size: 
     head = write_eagle3(tmp_path / "head", target, layer_ids=[0, 1, 2])
 
     def tokens(**spec) -> tuple[dict[int, list[int]], dict]:
-        s = Scheduler(EngineConfig(model=str(target), dtype="float32", device="cuda",
-                                   page_size=page_size),
-                      SchedulerConfig(max_running_requests=16, overlap=overlap, **spec))
-        for uid, p in enumerate(PROMPTS):
-            s.add_request(uid, p, SamplingParams(max_tokens=MAX_NEW, ignore_eos=True))
-        out = {uid: [o.token_id for o in outs] for uid, outs in drain(s).items()}
-        s.check_integrity()
-        stats = s.stats()
-        s.engine.release_cuda_graphs()
-        del s
-        gc.collect()
-        return out, stats
+        return _tokens_then_release(Scheduler(
+            EngineConfig(model=str(target), dtype="float32", device="cuda", page_size=page_size),
+            SchedulerConfig(max_running_requests=16, overlap=overlap, **spec)))
 
     plain, _ = tokens()
     got, stats = tokens(speculative_algorithm="eagle3", speculative_draft_model_path=str(head))
