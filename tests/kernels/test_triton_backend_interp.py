@@ -24,6 +24,12 @@ CASES = {
 }
 
 
+# prefill and extend (under a second a case) whole; decode and mixed (seconds a case: the decode
+# kernel) once each, between them each page size, stored and unstored new k/v, and cache dtype
+@pytest.mark.fast_cases(*[f"{case}-{page}-{kv}" for case in ("prefill", "extend")
+                          for page in ("1-False", "16-False", "16-True")
+                          for kv in ("kv-model", "kv-fp8")],
+                        "decode-16-True-kv-fp8", "mixed-1-False-kv-model")
 @pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn], ids=["kv-model", "kv-fp8"])
 @pytest.mark.parametrize("page,kv_stored", [(1, False), (16, False), (16, True)])
 @pytest.mark.parametrize("case", list(CASES))
