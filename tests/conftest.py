@@ -20,7 +20,40 @@ def _has_cuda() -> bool:
         return False
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """`@pytest.mark.fast_cases(id, ...)` on a parametrised test: the cases (pytest's ids) that
+    `make test-fast` runs, chosen so that every branch the grid exercises is still taken there
+    once; the test's other cases are `slow`, for `make test`."""
+    fast = item.get_closest_marker("fast_cases")
+    callspec = getattr(item, "callspec", None)
+    if fast is not None and callspec is not None and callspec.id not in fast.args:
+        item.add_marker(pytest.mark.slow)
+
+
+def _check_fast_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each case a `fast_cases` mark names is one of its test's cases: a renamed parameter fails
+    the collection instead of leaving its test with no case in `make test-fast`. (Before -k and
+    -m deselect anything; a case named alone on the command line comes without its grid.)"""
+    if any("::" in a for a in config.args):
+        return
+    named: dict[str, set[str]] = {}
+    ids: dict[str, set[str]] = {}
+    for item in items:
+        fast = item.get_closest_marker("fast_cases")
+        callspec = getattr(item, "callspec", None)
+        if fast is not None and callspec is not None:
+            test = item.nodeid.split("[")[0]
+            named.setdefault(test, set()).update(fast.args)
+            ids.setdefault(test, set()).add(callspec.id)
+    for test, want in named.items():
+        if want - ids[test]:
+            raise pytest.UsageError(f"{test}: fast_cases names no such case "
+                                    f"{sorted(want - ids[test])}; its cases: {sorted(ids[test])}")
+
+
+@pytest.hookimpl(tryfirst=True)  # (fast_cases checked before -k and -m deselect)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_fast_cases(config, items)
     no_gpu = pytest.mark.skip(reason="needs a CUDA device (run `pytest -m gpu` on the GPU machine)")
     no_kind = pytest.mark.skip(reason="needs `docker` and `kind` on PATH (run `make e2e`)")
     has_cuda = _has_cuda()

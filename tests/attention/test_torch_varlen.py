@@ -31,6 +31,11 @@ def dense_reference(cfg, batch, q: torch.Tensor, layer: int) -> torch.Tensor:
     return windowed_reference(cfg, batch, q, layer, None)
 
 
+# the two longest cases (a second each) at two corners of page size x head layout, the others whole
+@pytest.mark.fast_cases("long-prompt-and-streams-1-gqa", "long-prompt-and-streams-16-mha",
+                        "chunk-over-prefix-1-gqa", "chunk-over-prefix-16-mha",
+                        *[f"{case}-{page}-{heads}" for case in list(CASES)[2:] for page in (1, 16)
+                          for heads in ("gqa", "mha")])
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
 @pytest.mark.parametrize("page", [1, 16])
 @pytest.mark.parametrize("case", list(CASES))

@@ -26,21 +26,7 @@ def is_sweep_case(name: str, params: dict[str, object]) -> bool:
         params[k] != v for k, v in REPRESENTATIVE.items() if k in params)
 
 
-# The interpreter tier's longest cases (40 s to 4 min each on a 2-core machine, where the rest take
-# seconds): `slow`, so `make test-fast` leaves them to `make test`.
-SLOW_IN_INTERPRETER = {
-    "test_decode_attention_fp8_kv[16-1-dtype1]", "test_decode_attention_fp8_kv[24-1-dtype0]",
-    "test_decode_attention_fp8_kv[16-4-dtype1]",
-    "test_decode_attention_rotates_and_stores_the_new_token[sliced-f32-fp8]",
-    "test_decode_attention_rotates_and_stores_the_new_token[split-f16-fp8]",
-    "test_decode_attention_rotates_and_stores_the_new_token[sliced-f16]",
-    "test_decode_attention_sliced[32x2sd2-8-2-16-float32-float8_e4m3fn]",
-}
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
-    if item.path.name == "test_kernels_interpreter.py" and item.name in SLOW_IN_INTERPRETER:
-        item.add_marker(pytest.mark.slow)
     callspec = getattr(item, "callspec", None)
     if item.path.name == "test_kernels_gpu.py" and callspec is not None and is_sweep_case(getattr(item, "originalname", ""), callspec.params):
         item.add_marker(pytest.mark.kernel_sweep)

@@ -71,6 +71,8 @@ def test_silu_mul_gemv(dtype: torch.dtype) -> None:
     kc.check_silu_mul_gemv("cpu", dtype, n=10, k=2100)  # K > 2048: the long-row config, masked tail
 
 
+# each scale layout once, each weight read (pointers, TMA tiles) and dtype twice
+@pytest.mark.fast_cases("pointers-row-dtype1", "tma-128x128-dtype0", "tma-32x16-dtype1", "pointers-1x128-dtype0")
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("block", [None, (128, 128), (32, 16), (1, 128)],
                          ids=["row", "128x128", "32x16", "1x128"])
@@ -102,6 +104,7 @@ def test_store_kv(dtype: torch.dtype) -> None:
     kc.check_store_kv("cpu", dtype, tokens=7, heads=2, dim=16)
 
 
+@pytest.mark.fast_cases("16-1-dtype0", "24-4-dtype1")  # each dtype, each half-filling of head_dim
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("page", [1, 4])
 @pytest.mark.parametrize("dim", [16, 24])  # the kernel dots head_dim in halves: 24 fills 1.5
@@ -109,6 +112,9 @@ def test_decode_attention(dtype: torch.dtype, page: int, dim: int) -> None:
     kc.check_decode("cpu", dtype, [1, 37, 70], heads=(4, 2), dim=dim, page=page, splits=[None, 1, 3])
 
 
+# the interpreter runs a shape's key block alone (warps and stages are the compiler's):
+# test_decode_attention takes 32 (float16) and 128 (float32), this one 64
+@pytest.mark.fast_cases("64x4d3")
 @pytest.mark.parametrize("shape", sorted(set(SHAPES_16BIT.values())), ids=kc.case_id)
 def test_decode_attention_every_16_bit_shape(shape: DecodeShape) -> None:
     """Each launch shape the launcher picks for a 16-bit cache at some batch size, with keys
@@ -117,6 +123,7 @@ def test_decode_attention_every_16_bit_shape(shape: DecodeShape) -> None:
                     splits=[None, 3], shape=shape)
 
 
+@pytest.mark.fast_cases("split-f32")  # the others take 40 s to 4 min each on a 2-core machine
 @pytest.mark.parametrize("shape,dtype,kv_dtype", [
     (shape, *CACHE_PAIRS[i + 2 * j]) for j, shape in enumerate([None, DecodeShape(32, 2, 2, True)])
     for i in range(2)],
@@ -163,6 +170,7 @@ def test_decode_programs_follow_the_launch_order(sliced: bool) -> None:
     assert out[[0, 2]].isnan().all()
 
 
+@pytest.mark.fast_cases("1-dtype0", "4-dtype1")
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("page", [1, 4])
 def test_extend_attention(dtype: torch.dtype, page: int) -> None:
@@ -208,6 +216,8 @@ def test_qk_norm_rope_stores_fp8_kv(dtype: torch.dtype) -> None:
                                    inv_freq=inv_freq, cache_dtype=FP8)
 
 
+# (float32 q over an FP8 cache: test_triton_backend_interp's FP8 decode case)
+@pytest.mark.fast_cases("24-4-dtype1")
 @pytest.mark.parametrize("dtype", MATMUL)
 @pytest.mark.parametrize("page", [1, 4])
 @pytest.mark.parametrize("dim", [16, 24])
@@ -216,6 +226,10 @@ def test_decode_attention_fp8_kv(dtype: torch.dtype, page: int, dim: int) -> Non
                     splits=[None, 1, 3], kv_dtype=FP8)
 
 
+# both slice counts, group 3 (not a power of two), head_dim 24, each q dtype (the sliced kernel
+# over a 16-bit cache: test_decode_programs_follow_the_launch_order, the windowed tests)
+@pytest.mark.fast_cases("16x1sd1-6-2-16-float16-float8_e4m3fn",
+                        "64x2sd2-4-2-24-float32-float8_e4m3fn")
 @pytest.mark.parametrize("shape,heads,dim,dtype,kv_dtype", [
     (shape, *HEAD_LAYOUTS[h], *CACHE_PAIRS[(h + i) % 4])
     for i, shape in enumerate(SLICED) for h in range(len(HEAD_LAYOUTS))], ids=kc.case_id)
@@ -232,6 +246,8 @@ def test_decode_attention_sliced(dtype: torch.dtype, kv_dtype: torch.dtype | Non
 FP8_QK_SHAPES = [DecodeShape(32, 2, 2, True, True), DecodeShape(16, 1, 1, True, True)]
 
 
+# (2 slices, group 2: test_fp8_qk_split_is_exact_for_any_magnitude_of_q)
+@pytest.mark.fast_cases("16x1-group3")
 @pytest.mark.parametrize("heads", [(4, 2), (6, 2)], ids=["group2", "group3"])
 @pytest.mark.parametrize("shape", FP8_QK_SHAPES, ids=["32x2", "16x1"])
 def test_decode_attention_fp8_qk(heads: tuple[int, int], shape: DecodeShape) -> None:

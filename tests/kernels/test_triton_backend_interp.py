@@ -24,6 +24,11 @@ CASES = {
 }
 
 
+# prefill and extend twice, decode and mixed (seconds a case: the decode kernel) once, each page
+# size, stored and unstored new k/v, and cache dtype among them
+@pytest.mark.fast_cases("prefill-1-False-kv-model", "prefill-16-True-kv-fp8",
+                        "extend-16-False-kv-fp8", "extend-16-True-kv-model",
+                        "decode-16-True-kv-fp8", "mixed-1-False-kv-model")
 @pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn], ids=["kv-model", "kv-fp8"])
 @pytest.mark.parametrize("page,kv_stored", [(1, False), (16, False), (16, True)])
 @pytest.mark.parametrize("case", list(CASES))

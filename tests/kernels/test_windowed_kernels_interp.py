@@ -23,6 +23,7 @@ def _shape(fields: tuple | None):
     return fields and DecodeShape(*fields)
 
 
+@pytest.mark.fast_cases("under-a-block-1", "over-a-block-16")
 @pytest.mark.parametrize("page", [1, 16])
 @WINDOWS
 def test_windowed_extend_equals_its_reference(window: int, page: int) -> None:
@@ -33,6 +34,8 @@ def test_windowed_extend_over_an_fp8_cache() -> None:
     kc.check_windowed_extend("cpu", 16, 24, (4, 2), 16, kv_dtype=FP8)
 
 
+# (the split kernel under a window: the FP8 and rotating cases below)
+@pytest.mark.fast_cases("over-a-block-16-sliced")
 @pytest.mark.parametrize("shape", [None, SLICED], ids=["split", "sliced"])
 @pytest.mark.parametrize("page", [1, 16])
 @WINDOWS

@@ -167,6 +167,7 @@ class RadixMachine(RuleBasedStateMachine):
         assert cached == sorted(s for slots in self.pages.values() for s in slots)
 
 
+@pytest.mark.fast_cases("1", "16")  # one token a page, and several
 @pytest.mark.parametrize("page_size", [1, 4, 16])
 def test_radix_cache_matches_reference_model(page_size: int) -> None:
     machine = type(f"RadixMachinePage{page_size}", (RadixMachine,), {"page_size": page_size})

@@ -160,6 +160,9 @@ def test_logits_with_no_valid_value_fail_that_request_alone(path, monkeypatch) -
     s.check_integrity()
 
 
+# a compilation that holds a core for the whole 10 s limit (the abandoned compilations' test
+# stays in the fast loop)
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_a_compilation_past_the_time_limit_is_a_400_naming_it(path, monkeypatch) -> None:
     # 10 s: the small grammar compiles well within it on a loaded CI machine; the large one takes minutes
     monkeypatch.setenv("RADIXSERVE_GRAMMAR_COMPILE_TIMEOUT_S", "10")
@@ -177,6 +180,8 @@ def test_a_compilation_past_the_time_limit_is_a_400_naming_it(path, monkeypatch)
     assert children() <= before  # the trial was killed and reaped
 
 
+# a compilation that holds a core for seconds, until it passes 100 MiB
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_a_compilation_past_the_memory_limit_is_a_400_naming_it(path, monkeypatch) -> None:
     monkeypatch.setenv("RADIXSERVE_GRAMMAR_COMPILE_MEMORY_MB", "100")
     monkeypatch.setenv("RADIXSERVE_GRAMMAR_COMPILE_TIMEOUT_S", "600")

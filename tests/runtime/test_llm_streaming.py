@@ -107,6 +107,8 @@ def test_a_failing_step_reaches_every_caller_and_later_calls(tiny_ckpts, monkeyp
     llm.close()
 
 
+# TP=2 over gloo, a second process for seconds: test_tp.py's TP=2 cases stay in the fast loop
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tp2_async_calls_step_the_group_from_the_engine_thread(tiny_ckpts) -> None:
     """Under tensor parallelism the background thread broadcasts to the followers (gloo)."""
     llm = LLM(str(tiny_ckpts["llama"]), tp=2, dtype="float32", device="cpu")

@@ -244,6 +244,8 @@ def test_unloading_lets_accepted_requests_finish(lora_case) -> None:
     assert s.lora.served.keys() == {"mlp"} and not s.lora._slots
 
 
+# TP=2 over gloo, a second process for seconds: test_tp.py's TP=2 cases stay in the fast loop
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tp2_mixed_batch_equals_peft(lora_case) -> None:
     case = lora_case["qwen3"]
     sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)

@@ -43,6 +43,8 @@ def test_greedy_tokens_and_logits_match_transformers(multimodal_ckpts, prompts, 
                                atol=1e-4, rtol=0)
 
 
+# TP=2 over gloo, a second process for seconds: test_tp.py's TP=2 cases stay in the fast loop
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tp2_gives_transformers_tokens(multimodal_ckpts, prompts):
     path = multimodal_ckpts["gemma3_vision", "hub"]
     llm = LLM(str(path), tp=2, page_size=4, max_prefill_length=32, **KW)

@@ -173,6 +173,8 @@ def test_lower_priority_is_retracted_first(path) -> None:
     assert retracted and retracted[0] == 1
 
 
+# TP=2 over gloo, a second process for seconds: test_tp.py's TP=2 cases stay in the fast loop
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tp2_ranks_retract_and_load_alike(tiny_ckpts) -> None:
     """At TP 2 every rank holds its shard in its own host tier and takes the same retraction and
     load decisions from the same state (nothing more is published): the TP=1 tokens."""

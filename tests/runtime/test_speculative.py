@@ -152,6 +152,8 @@ def test_a_grammar_request_beside_drafting_ones_gets_its_plain_tokens(tiny_ckpts
     assert s.stats()["spec_verify_steps"] > 0
 
 
+# TP=2 over gloo, a second process for seconds: test_tp.py's TP=2 cases stay in the fast loop
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
 def test_tensor_parallel_ranks_verify_alike(tiny_ckpts) -> None:
     from radixserve import LLM
 
