@@ -44,10 +44,18 @@ install-dev: install
 run: install
 	$(PY) -m radixserve serve
 
-# The Kubernetes build (CPU) overlaps the install (mostly downloads) on a fresh machine.
+# The Kubernetes build (CPU) overlaps the install (mostly downloads) on a fresh machine. The
+# tests that start no processes of their own (unit, parity, kernels, slow ones included) run on
+# every core as in `test-fast`; then, one at a time, those that do: servers of 3+ GB each, the
+# control plane, pods on the one real node. Both parts run; either failing fails the target.
+PROCESS_MARKERS = server or gpu or cluster or node or e2e
 test:
 	$(MAKE) -j2 --output-sync=line install-dev cluster-binaries node-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(FAST_WORKERS) -m "not ($(PROCESS_MARKERS))" $(PYTEST_ARGS); \
+	  in_process=$$?; \
+	  $(PY) -m pytest -m "$(PROCESS_MARKERS)" $(PYTEST_ARGS); \
+	  processes=$$?; \
+	  [ $$in_process -eq 0 ] && [ $$processes -eq 0 ]
 
 # The cluster tier's Kubernetes binaries, built (once, cached) before the tests so that the
 # build's progress shows; without Go the tier skips and says why.
