@@ -183,6 +183,7 @@ def speculative_args(spec: ServiceSpec) -> list[str]:
         ("--speculative-draft-model-path", draft),
         ("--speculative-ngram-min-match-window-size", s.min_match_window),
         ("--speculative-ngram-max-match-window-size", s.max_match_window),
+        ("--speculative-disable-by-batch-size", s.disable_by_batch_size),
     ):
         if value is not None:
             args += [flag, str(value)]

@@ -617,6 +617,12 @@ def _speculative() -> dict[str, Any]:
                 1, MAX_DRAFT_TOKENS, description="The most tokens drafted for a request in one "
                 "step (--speculative-num-draft-tokens; runtime default 4)."
             ),
+            "disableByBatchSize": _int(
+                1, MAX_RUNNING_REQUESTS, description="No request drafts while more than this "
+                "many requests decode (--speculative-disable-by-batch-size; runtime default: no "
+                "limit): past a batch of a few requests a verification step costs about what its "
+                "kept drafts save."
+            ),
             "draftModel": _obj(
                 {
                     "source": _str(

@@ -283,6 +283,7 @@ class SpeculativeSpec:
     draft_model: SourceSpec | None = None  # algorithms draft and eagle3
     min_match_window: int | None = None  # algorithm ngram
     max_match_window: int | None = None
+    disable_by_batch_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -595,6 +596,7 @@ def _speculative(raw: dict[str, Any] | None) -> SpeculativeSpec | None:
         SourceSpec(draft["source"]) if draft else None,
         ngram.get("minMatchWindow"),
         ngram.get("maxMatchWindow"),
+        raw.get("disableByBatchSize"),
     )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
-from tests.deploy.support import REPO, of_kind, one
+from tests.deploy.support import CHART_DIR, REPO, of_kind, one
 
 SAMPLES = REPO / "manifests" / "samples"
 
@@ -70,3 +72,16 @@ def test_sample_name_override(render) -> None:
         "InferenceService",
     )
     assert got["metadata"]["name"] == "my-llm"
+
+
+def test_the_samples_speculative_values_take_the_crds_fields() -> None:
+    """values.schema.json's sample.speculative declares what spec.speculative has: each field and
+    each algorithm of the CRD can be set through the chart."""
+    from radixserve_operator.crd import crd
+
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    values = schema["properties"]["sample"]["properties"]["speculative"]["properties"]
+    spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    fields = spec["properties"]["speculative"]["properties"]
+    assert set(values) == set(fields)
+    assert values["algorithm"]["enum"] == fields["algorithm"]["enum"]

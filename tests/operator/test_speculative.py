@@ -47,16 +47,18 @@ def _runtime_config(args: list[str]) -> Any:
 
 
 def test_ngram_reaches_the_server_as_the_runtime_reads_it(make_body, fetch, validate_k8s) -> None:
-    spec = {"speculative": {"algorithm": "ngram", "numDraftTokens": 6,
+    spec = {"speculative": {"algorithm": "ngram", "numDraftTokens": 6, "disableByBatchSize": 8,
                             "ngram": {"minMatchWindow": 3, "maxMatchWindow": 12}}}
     pod = _pod(make_body, fetch, spec, validate_k8s)
     args = _args(pod)
     assert _speculative_args(args) == [
         "--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "6",
         "--speculative-ngram-min-match-window-size", "3",
-        "--speculative-ngram-max-match-window-size", "12"]
+        "--speculative-ngram-max-match-window-size", "12",
+        "--speculative-disable-by-batch-size", "8"]
     cfg = _runtime_config(args)
     assert (cfg.speculative_algorithm, cfg.speculative_num_draft_tokens) == ("ngram", 6)
+    assert cfg.speculative_disable_by_batch_size == 8
     assert (cfg.speculative_ngram_min_match_window_size,
             cfg.speculative_ngram_max_match_window_size) == (3, 12)
     assert cfg.speculative_draft_model_path is None
@@ -194,6 +196,8 @@ def test_the_crd_bounds_are_the_runtimes() -> None:
 HOSTILE = {
     "draft-tokens-a-billion": ({"algorithm": "ngram", "numDraftTokens": 10**9},
                                "spec.speculative.numDraftTokens: "),
+    "disable-by-batch-size-zero": ({"algorithm": "ngram", "disableByBatchSize": 0},
+                                   "spec.speculative.disableByBatchSize: "),
     "window-zero": ({"algorithm": "ngram", "ngram": {"minMatchWindow": 0}},
                     "spec.speculative.ngram.minMatchWindow: "),
     "algorithm-unknown": ({"algorithm": "eagle"}, "spec.speculative.algorithm: "),
