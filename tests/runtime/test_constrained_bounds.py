@@ -195,6 +195,30 @@ def test_a_compilation_past_the_memory_limit_is_a_400_naming_it(path, monkeypatc
     assert outs[1][-1].finished
 
 
+@pytest.mark.slow  # (left out of `make test-fast`; `make test` runs it)
+def test_the_memory_limit_holds_where_the_allocator_keeps_freed_memory(path) -> None:
+    """A long-running process's allocator keeps memory it freed mapped: a compilation forked from
+    it fills those chunks without a new mapping, which the child's RLIMIT_DATA cannot see; the
+    parent's watch of the pages the child writes still stops it at the limit."""
+    import threading
+
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from radixserve.constrained.grammar_calls import GrammarError
+    from radixserve.constrained.trial import try_compile
+
+    info = xgr.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(path))
+    held = [bytes(4096) for _ in range(400_000)]  # 1.6 GB through malloc, on this thread's arena
+    top = held[-1]  # keeps the freed chunks below it from being trimmed
+    del held
+    start = time.monotonic()
+    with pytest.raises(GrammarError, match="more than the 100 MiB"):
+        try_compile(info, "json_schema", optional_properties(2000), 100, threading.Event())
+    assert time.monotonic() - start < 60
+    del top
+
+
 def test_an_abandoned_compilation_is_stopped_and_frees_its_worker(path, monkeypatch) -> None:
     """Both workers busy with grammars of minutes, then their requests aborted: the compilations
     stop at once (no process left behind), and a small grammar is served without waiting."""
