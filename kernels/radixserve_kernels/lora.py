@@ -1,7 +1,8 @@
 """Many LoRA adapters in one batch: the low-rank update `y += (x @ A.T) @ B.T` of each token by
 the adapter of its request, as two grouped GEMMs (SGMV-style, one launch each whatever the
-number of adapters): `lora_shrink` (x [T, in] into the rank space, v [T, P*R]) and
-`lora_expand_` (v back onto the layer's output y [T, out], in place).
+number of adapters): `lora_shrink` (x [T, in] into the rank space, v [T, P*R], left as its
+K splits' partial planes) and `lora_expand_` (v back onto the layer's output y [T, out], in
+place, summing the planes as it loads them).
 
 The weights of every adapter slot live in one stack per layer: `a` [S, P*R, in] holds each of
 the layer's P fused projections' A (q, k, v of a fused qkv; gate, up of gate-up; P = 1
@@ -96,12 +97,11 @@ def shrink_splits(tokens: int, k: int, n_blocks: int) -> int:
     return max(1, min(k // SHRINK_SPLIT_MIN_COLS, cdiv(SHRINK_PROGRAMS, m_blocks * n_blocks)))
 
 
-def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups, *,
-                reduce: bool = True) -> torch.Tensor:
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
     """Triton twin of `lora_shrink_ref` for x [T, in] (last dim contiguous), a [S, P*R, in]
-    contiguous. The rows of base-model tokens are left unwritten (nothing reads them).
-    `reduce` False: the splits' partial planes [splits, T, P*R] as they are (float32 where
-    there are several), for `lora_expand_` to sum as it reads them."""
+    contiguous, left as its splits' partial planes [splits, T, P*R] (x's dtype where there is
+    one, float32 where there are several; `lora_expand_` sums them as it reads them). The rows
+    of base-model tokens are left unwritten (nothing reads them)."""
     from radixserve_kernels._jit.lora import lora_gemm_kernel
 
     t, k = x.shape
@@ -124,9 +124,7 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups, *,
             BLOCK_M=SHRINK_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
             PRECISION=dot_precision(x.dtype), num_warps=4, num_stages=2,
         )
-    if not reduce:
-        return out
-    return out[0] if splits == 1 else out.sum(0).to(x.dtype)
+    return out
 
 
 def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,

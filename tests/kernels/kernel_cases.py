@@ -640,7 +640,7 @@ def check_lora(dev: str, dtype: torch.dtype, tokens: int, hidden: int, parts: tu
     groups = lora_groups(token_slots.to(dev), slots)
     assert groups.counts.tolist() == [int((token_slots == s).sum()) for s in range(slots)]
     mine = (token_slots >= 0).to(dev)
-    v, want_v = lora_shrink(x, a, groups), lora_shrink_ref(x, a, groups)
+    v, want_v = lora_shrink(x, a, groups).sum(0).to(dtype), lora_shrink_ref(x, a, groups)
     close(v[mine], want_v[mine], dtype, scale=4)
     y0 = torch.randn(tokens, out, generator=gen).to(dtype).to(dev)
     # y as a strided view (a column slice of a wider buffer, as a fused projection's output)
@@ -651,7 +651,7 @@ def check_lora(dev: str, dtype: torch.dtype, tokens: int, hidden: int, parts: tu
     assert torch.equal(y[~mine], y0[~mine])
     # the layer's path: the shrink's partial planes left for the expand to sum as it reads them
     y = torch.cat([y0, y0[:, :3]], dim=1)[:, :out]
-    lora_expand_(y, lora_shrink(x, a, groups, reduce=False), b, groups, parts)
+    lora_expand_(y, lora_shrink(x, a, groups), b, groups, parts)
     close(y, want, dtype, scale=4)
     assert torch.equal(y[~mine], y0[~mine])
 

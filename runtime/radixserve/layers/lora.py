@@ -90,7 +90,6 @@ class LinearLoRA:
         if groups is None:
             return y
         if kernel_path.use_triton(x):
-            v = lora_shrink(x, self.a, groups, reduce=False)
-            return lora_expand_(y, v, self.b, groups, self.bounds)
+            return lora_expand_(y, lora_shrink(x, self.a, groups), self.b, groups, self.bounds)
         return lora_expand_ref(y, lora_shrink_ref(x, self.a, groups), self.b, groups, self.bounds)
 

@@ -47,11 +47,9 @@ class Speculator:
         """The drafts of the requests that draft this step (none drafted: absent)."""
         # no more drafts than the KV slots it holds past its next token (optimistic admission
         # grows them where pages are free: `Scheduler._grow_draft_kv`)
-        if self._too_many(reqs):
-            self.lengths.tick()
-            return {}
-        lengths = [max(0, min(self.lengths.next(r.uid), self._may_draft(r),
-                              r.num_slots - r.kv_len - 1)) for r in reqs]
+        lengths = [] if self._too_many(reqs) else [
+            max(0, min(self.lengths.next(r.uid), self._may_draft(r), r.num_slots - r.kv_len - 1))
+            for r in reqs]
         self.lengths.tick()
         if not any(lengths):
             return {}
