@@ -99,7 +99,8 @@ def test_engine_captures_graphs_only_when_asked(tiny_ckpts) -> None:
 
     path = str(tiny_ckpts["llama"])
     on = Engine(EngineConfig(model=path, device="cuda", attn="triton"), max_running_requests=8)
-    assert on.graph_runner is not None and sorted(on.graph_runner.graphs) == [1, 2, 4, 8]
+    assert on.graph_runner is not None and sorted(on.graph_runner.graphs[(False, False)]) == [1, 2, 4, 8]
+    assert list(on.graph_runner.graphs) == [(False, False)]  # no adapters, no verification
     off = Engine(EngineConfig(model=path, device="cuda", attn="triton", cuda_graph_max_bs=0),
                  max_running_requests=8)
     assert off.graph_runner is None

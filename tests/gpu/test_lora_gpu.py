@@ -34,7 +34,7 @@ def test_mixed_adapters_on_cuda_equal_peft(case, slots: int, page_size: int) -> 
               max_loras_per_batch=slots, lora_paths=[f"{n}={p}" for n, p in adapters.items()])
     sched = llm.scheduler
     runner = sched.engine.graph_runner
-    assert runner is not None and runner.lora_graphs.keys() == runner.graphs.keys()
+    assert runner is not None and runner.graphs[(True, False)].keys() == runner.graphs[(False, False)].keys()
     assert sched.engine.prefill_graphs is not None
     sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
     for run in range(2):  # cold, then through the prefix cache

@@ -1,7 +1,9 @@
-"""Speculative decoding on CUDA: with decode CUDA graphs, prefill graphs (which replay the
-verification batches) and overlap scheduling on, greedy tokens equal plain decoding's on the same
-device for each drafter and page size; the target's own weights as draft keep every draft; the
-books balance after each run."""
+"""Speculative decoding on CUDA: with decode CUDA graphs, prefill graphs and overlap scheduling
+on, greedy tokens equal plain decoding's on the same device for each drafter, page size and
+form of the verification step (decode rows, which replay the decode graphs, including the
+verification graphs of the sizes where the Triton decode kernel would fuse the new token's KV
+store; or an extend, which replays the prefill graphs); the target's own weights as draft keep
+every draft; the books balance after each run."""
 from __future__ import annotations
 
 import gc
@@ -17,20 +19,27 @@ PROMPTS = [[5, 6, 7, 8] * 8, [9, 10, 11] * 11, list(range(20, 52)) * 2,
            *random_prompts(5, [3, 17, 40, 90, 130], 300, seed=8)]
 
 
-def _run(path, page_size: int, **spec) -> tuple[dict[int, list[int]], dict, int]:
+def _run(path, page_size: int, form: str = "decode", **spec) -> tuple[dict[int, list[int]], dict,
+                                                                       list[tuple[str, int]]]:
+    """Tokens, stats, and each verification batch's (graph kind it replayed, rows)."""
     from radixserve.config import EngineConfig, SchedulerConfig
     from radixserve.scheduler.scheduler import Scheduler
 
-    s = Scheduler(EngineConfig(model=str(path), dtype="float32", device="cuda", page_size=page_size),
+    s = Scheduler(EngineConfig(model=str(path), dtype="float32", device="cuda", page_size=page_size,
+                               attn="triton"),
                   SchedulerConfig(max_running_requests=16, **spec))
-    assert s.engine.graph_runner is not None and s.engine.prefill_graphs is not None
-    verifying, replays = [], []  # verification batches, and those a prefill graph replayed
-    run, rows = s.engine.prefill_graphs.run, s.engine.forward_rows
-    s.engine.prefill_graphs.run = lambda batch: (replays.append(any(b is batch for b in verifying))
-                                                 or run(batch))
-    s.engine.forward_rows = lambda batch, r: verifying.append(batch) or rows(batch, r)
+    eng = s.engine
+    assert eng.graph_runner is not None and eng.prefill_graphs is not None
+    if form == "extend":  # (where no decode graph takes the rows)
+        eng.verifies_as_decode = lambda rows: False
+    verifying, replays = [], []
+    decode_run, prefill_run, rows = eng.graph_runner.run, eng.prefill_graphs.run, eng.forward_rows
+    eng.graph_runner.run = lambda b: (b.verify and replays.append(("decode", b.bs))) or decode_run(b)
+    eng.prefill_graphs.run = lambda b: (any(v is b for v in verifying) and replays.append(
+        ("prefill", b.bs))) or prefill_run(b)
+    eng.forward_rows = lambda batch, r: verifying.append(batch) or rows(batch, r)
     out, stats = _tokens_then_release(s)
-    return out, stats, sum(replays)
+    return out, stats, replays
 
 
 def _tokens_then_release(s) -> tuple[dict[int, list[int]], dict]:
@@ -49,18 +58,24 @@ def _tokens_then_release(s) -> tuple[dict[int, list[int]], dict]:
     return out, stats
 
 
-@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize(("page_size", "form"), [(1, "decode"), (16, "decode"), (16, "extend")])
 @pytest.mark.parametrize("algo", ["ngram", "draft"])
-def test_greedy_tokens_on_cuda_equal_plain_decoding(tiny_ckpts, algo: str, page_size: int) -> None:
+def test_greedy_tokens_on_cuda_equal_plain_decoding(tiny_ckpts, algo: str, page_size: int,
+                                                    form: str) -> None:
+    from radixserve.attention.triton_backend import TritonBackend
+
     path = tiny_ckpts["qwen3"]
     plain, _, _ = _run(path, page_size)
     spec = {"speculative_algorithm": algo}
     if algo == "draft":  # the target's own weights: every draft is kept
         spec["speculative_draft_model_path"] = str(path)
-    got, stats, replays = _run(path, page_size, **spec)
+    got, stats, replays = _run(path, page_size, form, **spec)
     assert got == plain
     assert stats["spec_verify_steps"] > 0 and stats["spec_accepted_tokens"] > 0, stats
-    assert replays > 0, "no verification batch replayed a prefill graph"
+    kinds = {kind for kind, _ in replays}
+    assert kinds == {"decode" if form == "decode" else "prefill"}, replays
+    if form == "decode":  # (sizes where the fused store would race: their own graphs)
+        assert any(n <= TritonBackend.ROPE_IN_DECODE_MAX_BS for _, n in replays), replays
     if algo == "draft":
         assert stats["spec_accepted_tokens"] == stats["spec_draft_tokens"], stats
 

@@ -106,16 +106,21 @@ def test_graph_hooks_reuse_static_buffers_and_follow_the_new_batch() -> None:
 def test_decode_kernel_rotates_the_new_token_only_in_small_decode_batches() -> None:
     """Up to `ROPE_IN_DECODE_MAX_BS` decode requests the decode kernel takes q/k unrotated (one
     launch fewer); larger decode batches (where it measured slower on the H200), prefill and
-    mixed batches, and heads the kernel cannot rotate keep the rotary kernel."""
+    mixed batches, and heads the kernel cannot rotate keep the rotary kernel; so does a
+    verification step's decode rows at any size (a row reads the keys the rows before it store
+    in the same launch: a fused store would race them)."""
     from radixserve.attention.triton_backend import TritonBackend
 
     most = TritonBackend.ROPE_IN_DECODE_MAX_BS
-    for lens, dim, fused in (([5] * most, 32, True), ([5] * (most + 1), 32, False),
-                             ([5, 9], 24, False)):
+    for lens, dim, verify, fused in (([5] * most, 32, False, True),
+                                     ([5] * (most + 1), 32, False, False),
+                                     ([5, 9], 24, False, False), ([5, 6, 7], 32, True, False)):
         cfg, batch, *_ = backend_case("cpu", torch.float32, 4, lens, [1] * len(lens), (4, 2), dim)
+        batch.verify = verify
         backend = TritonBackend(cfg)
         backend.prepare(batch)
         assert backend.fuses_rope(batch) is fused
+        assert backend.fuses_rope_at(len(lens)) is (fused or verify)
     for case in ("prefill", "mixed"):
         cfg, batch, *_ = backend_case("cpu", torch.float32, 4, *CASES[case], (4, 2), 32)
         backend = TritonBackend(cfg)

@@ -84,14 +84,21 @@ def test_a_fresh_capture_size_reads_only_padding_requests() -> None:
 class _Recorder:
     """An attention backend's graph hooks: records the batch each replay was prepared with."""
 
+    FUSES_UP_TO = 4  # decode batches it would fuse the new token's store into (`fuses_rope_at`)
+
     def __init__(self) -> None:
         self.replays: list = []
+        self.captured: list = []  # (size, a verification step's) of each capture
+        self.graphs_replayed: list = []  # (size, a verification step's) of each graph replayed
+
+    def fuses_rope_at(self, bs: int) -> bool:
+        return bs <= self.FUSES_UP_TO
 
     def init_cuda_graph(self, max_bs: int) -> None:
         pass
 
     def prepare_for_capture(self, batch) -> None:
-        pass
+        self.captured.append((batch.bs, batch.verify))
 
     def prepare_for_replay(self, batch) -> None:
         self.replays.append(batch)
@@ -100,26 +107,30 @@ class _Recorder:
         pass
 
 
-def _eager_runner(monkeypatch, table: TableManager, padding_row: int, max_bs: int):
+def _eager_runner(monkeypatch, table: TableManager, padding_row: int, max_bs: int,
+                  verify: bool = False):
     """A `CudaGraphRunner` whose "graphs" rerun the captured function eagerly on replay (CPU),
     writing into the tensor the capture returned, as a replay does."""
     from radixserve.engine import cuda_graph
 
     class EagerGraph:
-        def __init__(self, fn, out: torch.Tensor) -> None:
-            self.fn, self.out = fn, out
+        def __init__(self, fn, out: torch.Tensor, backend, key) -> None:
+            self.fn, self.out, self.backend, self.key = fn, out, backend, key
 
+        @torch.inference_mode()  # (as the capture ran)
         def replay(self) -> None:
+            self.backend.graphs_replayed.append(self.key)
             self.out.copy_(self.fn())
 
-    def capture_all(self) -> None:
-        for bs in self.sizes:
-            batch = self.buffer.load_lists([], [], bs)
-            fn = functools.partial(self._forward, batch)
-            out = fn()
-            self.graphs[bs] = (EagerGraph(fn, out), out)
+    def capture(self, batch, forward):
+        fn = functools.partial(self._forward, batch, forward)
+        out = fn()
+        return EagerGraph(fn, out, self.attn_backend, (batch.bs, batch.verify)), out
 
-    monkeypatch.setattr(cuda_graph.CudaGraphRunner, "_capture_all", capture_all)
+    monkeypatch.setattr(cuda_graph.CudaGraphRunner, "_capture", capture)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: _NoStream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
     # the "logits" of each row: its token id, position, KV slot and length, as the graph read them
     def forward(b):
@@ -127,7 +138,12 @@ def _eager_runner(monkeypatch, table: TableManager, padding_row: int, max_bs: in
 
     buf = GraphCaptureBuffer.create(max_bs, table.token_pool, table.page_table, padding_row)
     backend = _Recorder()
-    return cuda_graph.CudaGraphRunner(forward, backend, buf), backend
+    return cuda_graph.CudaGraphRunner(forward, backend, buf, verify=verify), backend
+
+
+class _NoStream:
+    def wait_stream(self, stream) -> None:
+        pass
 
 
 def test_a_staged_step_replays_its_padded_graph_on_the_rows_it_was_staged_with(monkeypatch) -> None:
@@ -151,3 +167,32 @@ def test_a_staged_step_replays_its_padded_graph_on_the_rows_it_was_staged_with(m
              for i, (r, s) in enumerate(zip(rows, starts))]
     assert runner.run(build_batch(items, table, torch.device("cpu"), True)).tolist() == want
     assert runner.stage(list(range(17)), [0] * 17) is None  # past the largest graph
+
+
+def test_verification_rows_replay_graphs_of_their_own_where_the_backend_fuses(monkeypatch) -> None:
+    """With verification on, the sizes where the backend fuses the new token's KV store into its
+    attention get a graph captured for verification rows (each reads keys the rows before it
+    store), the larger sizes share the plain graph; a verification step staged as a request's
+    rows, a token each, replays the right one over its positions. Without verification on,
+    nothing extra is captured and a verification step finds no graph."""
+    table, padding_row = _table()
+    runner, backend = _eager_runner(monkeypatch, table, padding_row, 16, verify=True)
+    small = [bs for bs in runner.sizes if bs <= _Recorder.FUSES_UP_TO]
+    assert sorted(bs for bs, v in backend.captured if v) == small
+    assert sorted(bs for bs, v in backend.captured if not v) == runner.sizes
+    row, start = 3, 20
+    for n in (3, 6):  # its last token and drafts: 3 rows (padded to 4) fuse, 6 (to 8) do not
+        assert runner.can_run_verify(n)
+        batch = runner.stage([row] * n, [start + j for j in range(n)], verify=True)
+        out = runner.run(batch)
+        assert out[:, 1].tolist() == list(range(start, start + n))  # each row its position
+        assert out[:, 3].tolist() == list(range(start + 1, start + n + 1))  # reads up to it
+        assert out[:, 0].tolist() == table.token_pool[row, start: start + n].tolist()
+        assert backend.replays[-1].verify
+        assert backend.graphs_replayed[-1] == ((4, True) if n == 3 else (8, False))
+    graphs = runner.graphs
+    assert sorted(graphs[(False, True)]) == small and sorted(graphs[(False, False)]) == runner.sizes
+
+    plain, backend = _eager_runner(monkeypatch, table, padding_row, 16)
+    assert not any(v for _, v in backend.captured) and not plain.can_run_verify(3)
+    assert plain.stage([row] * 3, [start, start + 1, start + 2], verify=True) is None

@@ -64,6 +64,29 @@ def test_greedy_tokens_equal_plain_decoding(tiny_ckpts, algo, page_size, cache, 
     assert stats["spec_verify_steps"] > 0 and stats["spec_accepted_tokens"] > 0, stats
 
 
+@pytest.mark.parametrize("as_decode", [True, False], ids=["decode-rows", "extend"])
+def test_both_forms_of_the_verification_step_keep_the_greedy_tokens(tiny_ckpts, monkeypatch,
+                                                                     as_decode) -> None:
+    """A verification step runs as decode rows (a row a token, what the decode CUDA graphs
+    replay) or, where no graph takes that many rows, as an extend: both give plain decoding's
+    tokens, and the step takes the form asked for."""
+    path = tiny_ckpts["llama"]
+    prompts = _prompts(300)
+    sp = SamplingParams(max_tokens=MAX_NEW, ignore_eos=True)
+    plain = _tokens(_run(_scheduler(path, page_size=4), prompts, sp))
+    s = _scheduler(path, page_size=4, **_spec("ngram", path))
+    monkeypatch.setattr(s.engine, "verifies_as_decode", lambda rows: as_decode)
+    forms = []  # each verification step's form
+    forward, forward_rows = s.engine.forward, s.engine.forward_rows
+    monkeypatch.setattr(s.engine, "forward", lambda b: (b.verify and forms.append("decode"))
+                        or forward(b))
+    monkeypatch.setattr(s.engine, "forward_rows", lambda b, r: forms.append("extend")
+                        or forward_rows(b, r))
+    assert _tokens(_run(s, prompts, sp)) == plain
+    assert forms and set(forms) == {"decode" if as_decode else "extend"}, forms
+    assert s.stats()["spec_accepted_tokens"] > 0
+
+
 @pytest.mark.parametrize("arch", ["llama", "llama3", "qwen2", "qwen3_moe"])
 def test_every_architecture_keeps_its_greedy_tokens(tiny_ckpts, arch) -> None:
     path = tiny_ckpts[arch]

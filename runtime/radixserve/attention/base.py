@@ -100,6 +100,11 @@ class BaseAttnBackend(ABC):
         it and do the rotary kernel's work (norms, rotation, KV store) in its own launch."""
         return False
 
+    def fuses_rope_at(self, bs: int) -> bool:
+        """Whether a decode batch of `bs` rows (not a verification step's) is one `fuses_rope`
+        takes: a CUDA graph captured at that size runs the fused launch."""
+        return False
+
     def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
                          out: torch.Tensor | None = None) -> torch.Tensor:
         """`attend` for a batch where `fuses_rope`: q [T, Hq, D] not yet rotated, and the new

@@ -47,6 +47,9 @@ class HybridBackend(BaseAttnBackend):
     def fuses_rope(self, batch: Batch) -> bool:
         return self._pick(batch).fuses_rope(batch)  # a mixed batch's metadata says no
 
+    def fuses_rope_at(self, bs: int) -> bool:
+        return self.decode.fuses_rope_at(bs)
+
     def attend_new_token(self, q: torch.Tensor, new: NewTokenKV, layer_id: int, batch: Batch,
                          out: torch.Tensor | None = None) -> torch.Tensor:
         return self._pick(batch).attend_new_token(q, new, layer_id, batch, out)

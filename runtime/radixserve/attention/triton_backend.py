@@ -48,11 +48,18 @@ class TritonBackend(BaseAttnBackend):
     def reads_kv_dtype(self, kv_dtype: torch.dtype) -> bool:
         return True  # the kernels widen K/V to q's dtype and apply an FP8 cache's scales
 
+    def fuses_rope_at(self, bs: int) -> bool:
+        from radixserve_kernels import decode_rope_fusable
+
+        return bs <= self.ROPE_IN_DECODE_MAX_BS and decode_rope_fusable(self.cfg.head_dim)
+
     def _decode_metadata(self, req_rows: torch.Tensor, seq_lens: torch.Tensor,
-                         seq_lens_cpu: list[int],
-                         order_buf: torch.Tensor | None = None) -> TritonMetadata:
-        """With `order_buf` (graphs), the launch order goes into it: the buffer a replay reads."""
-        from radixserve_kernels import decode_num_splits, decode_order_cpu, decode_rope_fusable
+                         seq_lens_cpu: list[int], order_buf: torch.Tensor | None = None,
+                         verify: bool = False) -> TritonMetadata:
+        """With `order_buf` (graphs), the launch order goes into it: the buffer a replay reads.
+        `verify`: a verification step's rows, which never fuse the new token's store (a program
+        would read keys another program of the launch still has to store)."""
+        from radixserve_kernels import decode_num_splits, decode_order_cpu
 
         bs = req_rows.shape[0]
         splits = decode_num_splits(bs, self.cfg.num_kv_heads, self._sms)
@@ -60,7 +67,7 @@ class TritonBackend(BaseAttnBackend):
         order = decode_order_cpu(seq_lens_cpu)
         if order is not None:
             order = to_device(order, req_rows.device, out=order_buf)
-        rotates = bs <= self.ROPE_IN_DECODE_MAX_BS and decode_rope_fusable(self.cfg.head_dim)
+        rotates = not verify and self.fuses_rope_at(bs)
         return TritonMetadata(req_rows, seq_lens, None, None, 1, splits, order, rotates)
 
     def prepare(self, batch: Batch) -> None:
@@ -71,7 +78,7 @@ class TritonBackend(BaseAttnBackend):
             return
         if batch.is_decode:
             batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens,
-                                                        batch.seq_lens_cpu)
+                                                        batch.seq_lens_cpu, verify=batch.verify)
             return
         ext = batch.extend_lens
         qo_start = torch.cumsum(ext, 0, dtype=torch.int32) - ext
@@ -128,7 +135,8 @@ class TritonBackend(BaseAttnBackend):
         assert batch.is_decode, "CUDA graphs capture decode batches only"
         assert self._graph_order is not None, "init_cuda_graph first"
         batch.attn_metadata = self._decode_metadata(batch.req_rows, batch.seq_lens,
-                                                    batch.seq_lens_cpu, self._graph_order)
+                                                    batch.seq_lens_cpu, self._graph_order,
+                                                    batch.verify)
 
     def prepare_for_capture(self, batch: Batch) -> None:
         self._fill_static(batch)

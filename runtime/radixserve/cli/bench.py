@@ -430,6 +430,8 @@ def run_speculative(args: argparse.Namespace) -> int:
     if args.bracket:
         if args.workloads != ["random"]:
             raise SystemExit("bench speculative: --bracket runs the random workload: add --workloads random")
+        # (the engine's verification graphs cover the most draft tokens bracketed)
+        sch = dataclasses.replace(sch, speculative_num_draft_tokens=max(args.bracket))
         with scheduler_group(eng, sch) as sched:
             reqs = bench.workload("random", sched.model_path, args.num_prompts, args.max_tokens,
                                   sched.vocab_size)

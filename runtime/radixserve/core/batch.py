@@ -42,6 +42,10 @@ class Batch:
     uses_lora: bool = False
     lora: LoRAGroups | None = None
     kv_ready: KVReady | None = None  # pages this batch reads that are still being loaded
+    # a verification step run as decode rows (`scheduler/verify_step.py`): a request's row per
+    # token it verifies, each reading the KV its earlier rows store in the same step, so every
+    # row's KV is stored before any is read (no kernel fuses the store into its attention)
+    verify: bool = False
 
     @property
     def bs(self) -> int:

@@ -119,69 +119,94 @@ class GraphCaptureBuffer:
 
 class CudaGraphRunner:
     def __init__(self, forward: DecodeForward, attn_backend: BaseAttnBackend,
-                 buffer: GraphCaptureBuffer, lora_forward: DecodeForward | None = None) -> None:
+                 buffer: GraphCaptureBuffer, lora_forward: DecodeForward | None = None,
+                 verify: bool = False) -> None:
         """`lora_forward` (LoRA on): the forward of a batch with adapters' requests, captured
-        beside `forward` at every size, so a batch of base-model requests runs no LoRA kernel."""
+        beside `forward` at every size, so a batch of base-model requests runs no LoRA kernel.
+        `verify` (speculative decoding): verification steps replay too (`Batch.verify`); at the
+        sizes where the backend fuses the new token's KV store into its attention, they get
+        graphs of their own, without it."""
         self.forward, self.attn_backend, self.buffer = forward, attn_backend, buffer
-        self.lora_forward = lora_forward
         self.max_bs = buffer.max_bs
         self.sizes = graph_batch_sizes(self.max_bs)
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.lora_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # the graphs by (a request of the batch has an adapter, a verification step), then size
+        self.graphs: dict[tuple[bool, bool], dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]]] = {}
+        self._forwards = {False: forward} if lora_forward is None else {False: forward,
+                                                                        True: lora_forward}
+        self._verify = verify
+        self._pool: tuple[int, int] | None = None  # the graphs' one memory pool, once captured
+        self._stream: torch.cuda.Stream | None = None  # the capture's
         self._staged: tuple[Batch, Batch] | None = None  # (the batch `stage` gave, padded)
         attn_backend.init_cuda_graph(self.max_bs)
         self._capture_all()
 
+    def _own_verify_graph(self, bs: int) -> bool:
+        return self._verify and self.attn_backend.fuses_rope_at(bs)
+
+    def _variants(self, bs: int) -> list[tuple[bool, bool]]:
+        """The graphs captured at size `bs`: (with adapters, a verification step's)."""
+        return [(lora, verify) for lora in self._forwards for verify in (False, True)
+                if not verify or self._own_verify_graph(bs)]
+
     @torch.inference_mode()
     def _capture_all(self) -> None:
-        pool = None
-        stream = torch.cuda.Stream()
-        variants = [(self.graphs, self.forward)]
-        if self.lora_forward is not None:
-            variants.append((self.lora_graphs, self.lora_forward))
+        self._stream = torch.cuda.Stream()
         for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its pool
-            for graphs, forward in variants:
+            for lora, verify in self._variants(bs):
                 batch = self.buffer.load_lists([], [], bs)  # all padding requests
+                batch.verify = verify
                 self.attn_backend.prepare_for_capture(batch)
-                # NOTE: the buffers were filled on the current stream; without this the warm-up
-                # may read recycled memory (seen as an out-of-bounds gather in a second engine)
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):  # warm-up: JIT/autotune outside the capture
-                    self._forward(batch, forward)
-                stream.synchronize()
-                graph = new_graph()
-                with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    out = self._forward(batch, forward)
-                finish_capture(graph)
-                pool = graph.pool()
-                graphs[bs] = (graph, out)
-        torch.cuda.current_stream().wait_stream(stream)
+                self.graphs.setdefault((lora, verify), {})[bs] = self._capture(
+                    batch, self._forwards[lora])
+        torch.cuda.current_stream().wait_stream(self._stream)
         self.attn_backend.warm_up_eager_decode(self.sizes)
         torch.cuda.synchronize()
         logger.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
+
+    def _capture(self, batch: Batch, forward: DecodeForward) -> tuple[torch.cuda.CUDAGraph,
+                                                                       torch.Tensor]:
+        stream = self._stream
+        # NOTE: the buffers were filled on the current stream; without this the warm-up may read
+        # recycled memory (seen as an out-of-bounds gather in a second engine)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up: JIT/autotune outside the capture
+            self._forward(batch, forward)
+        stream.synchronize()
+        graph = new_graph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+            out = self._forward(batch, forward)
+        finish_capture(graph)
+        self._pool = graph.pool()
+        return graph, out
 
     def _forward(self, batch: Batch, forward: DecodeForward | None = None) -> torch.Tensor:
         self.buffer.gather(batch)
         return (forward or self.forward)(batch)
 
     def can_run(self, batch: Batch) -> bool:
-        return batch.is_decode and batch.bs <= self.max_bs
+        return batch.is_decode and batch.bs <= self.max_bs and (self._verify or not batch.verify)
+
+    def can_run_verify(self, rows: int) -> bool:
+        """Whether a verification step of `rows` decode rows replays a graph."""
+        return self._verify and rows <= self.max_bs
 
     def _padded(self, bs: int) -> int:
         return self.sizes[bisect.bisect_left(self.sizes, bs)]
 
-    def stage(self, rows: list[int], starts: list[int]) -> Batch | None:
+    def stage(self, rows: list[int], starts: list[int], verify: bool = False) -> Batch | None:
         """A decode batch (request i: page-table row `rows[i]`, `starts[i]` tokens in its KV)
         written straight into the graphs' buffers, one host-to-device copy, for `run` next; None
         when no graph is large enough. Its token ids and KV slots are filled by the replay.
-        (Built on the device and copied in, a step took 18 small launches before the replay.)"""
+        (Built on the device and copied in, a step took 18 small launches before the replay.)
+        `verify`: a verification step's rows (`Batch.verify`; the runner captured them)."""
         bs = len(rows)
-        if bs > self.max_bs:
+        if bs > self.max_bs or (verify and not self._verify):
             return None
         static = self.buffer.load_lists(rows, starts, self._padded(bs))
         batch = Batch("decode", static.input_ids[:bs], static.positions[:bs], static.out_loc[:bs],
                       static.req_rows[:bs], static.seq_lens[:bs], static.extend_lens[:bs],
-                      static.seq_lens_cpu[:bs], [1] * bs)
+                      static.seq_lens_cpu[:bs], [1] * bs, verify=verify)
+        static.verify = verify
         self._staged = (batch, static)
         return batch
 
@@ -191,17 +216,19 @@ class CudaGraphRunner:
             static = staged[1]
         else:  # a batch built on the device
             static = self.buffer.load(batch, self._padded(batch.bs))
+            static.verify = batch.verify
         padded = static.bs
         self.attn_backend.prepare_for_replay(static)
-        graphs = self.lora_graphs if batch.uses_lora and self.lora_forward else self.graphs
-        graph, out = graphs[padded]
+        lora = batch.uses_lora and len(self._forwards) > 1
+        verify = batch.verify and self._own_verify_graph(padded)
+        graph, out = self.graphs[(lora, verify)][padded]
         graph.replay()
         return out[: batch.bs]
 
     def destroy(self) -> None:
         """Free the graphs now. NOTE: a graph that captured an NCCL collective holds its
         communicator until destroyed (`Engine.release_cuda_graphs`: leaving a TP group)."""
-        for graph, _ in [*self.graphs.values(), *self.lora_graphs.values()]:
-            graph.reset()
+        for graphs in self.graphs.values():
+            for graph, _ in graphs.values():
+                graph.reset()
         self.graphs.clear()
-        self.lora_graphs.clear()

@@ -86,14 +86,17 @@ class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
                  max_prefill_length: int | None = None, source: ModelSource | None = None,
                  host_tier: HostTierSize | None = None,
-                 companion: Companion = NO_COMPANION) -> None:
+                 companion: Companion = NO_COMPANION, verify_tokens: int = 0) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
         (else resolved here). `host_tier`: also allocate a host KV tier of that size
         (`host_pool`; on CPU the device pool leaves it room in the same budget). `companion`:
         another engine this process starts after this one (a draft model), whose weights and KV
-        pool of as many tokens this one's sizing leaves room for."""
+        pool of as many tokens this one's sizing leaves room for. `verify_tokens` (speculative
+        decoding): the most tokens a verification step carries for one request (its last and
+        its drafts), which the decode graphs cover as rows of their own (`verifies_as_decode`).
+        """
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if max_prefill_length is None:
@@ -174,7 +177,8 @@ class Engine:
         )
         self.attn_backend = create_attn_backend(cfg.attn, self.attn_cfg)
         t2 = time.perf_counter()
-        self.graph_runner = self._make_graph_runner(cfg.cuda_graph_max_bs, max_running_requests)
+        self.graph_runner = self._make_graph_runner(cfg.cuda_graph_max_bs, max_running_requests,
+                                                    verify_tokens)
         if self.graph_runner is not None:
             logger.info("graph capture: decode CUDA graphs in %.1fs", time.perf_counter() - t2)
         t3 = time.perf_counter()
@@ -221,7 +225,8 @@ class Engine:
             return KVScales.default(num_layers, "random weights have no k_scale/v_scale")
         return checkpoint_kv_scales(self.model_path, num_layers, self._checkpoint_names)
 
-    def _make_graph_runner(self, max_bs: int | None, max_running: int) -> CudaGraphRunner | None:
+    def _make_graph_runner(self, max_bs: int | None, max_running: int,
+                           verify_tokens: int) -> CudaGraphRunner | None:
         supports = self.attn_backend.supports_cuda_graph
         if self.device.type != "cuda" or max_bs == 0:
             return None
@@ -230,12 +235,13 @@ class Engine:
                 raise ValueError(f"--cuda-graph-max-bs {max_bs}: attention backend "
                                  f"{type(self.attn_backend).__name__} has no CUDA-graph support")
             return None
-        buffer = GraphCaptureBuffer.create(min(max_bs or 256, max_running), self.table.token_pool,
+        rows = max_running * max(1, verify_tokens)  # a verification step: a row a token
+        buffer = GraphCaptureBuffer.create(min(max_bs or 256, rows), self.table.token_pool,
                                            self.table.page_table, self.padding_row)
         forward = functools.partial(decode_logits, self.model, self.attn_backend, None)
         lora = (None if self.lora_pool is None else
                 functools.partial(decode_logits, self.model, self.attn_backend, self.lora_pool))
-        return CudaGraphRunner(forward, self.attn_backend, buffer, lora)
+        return CudaGraphRunner(forward, self.attn_backend, buffer, lora, verify=verify_tokens > 0)
 
     def _make_prefill_graphs(self, max_prefill_length: int) -> PrefillGraphRunner | None:
         n = prefill_graph_tokens(self.cfg.prefill_graph_max_tokens, max_prefill_length)
@@ -293,10 +299,23 @@ class Engine:
         drafted position). Never a decode graph replay."""
         return self.model.compute_logits(self.forward_hidden(batch)[rows])
 
-    def stage_decode(self, rows: list[int], starts: list[int]) -> Batch | None:
+    def stage_decode(self, rows: list[int], starts: list[int], verify: bool = False) -> Batch | None:
         """A decode batch staged for a CUDA-graph replay (`CudaGraphRunner.stage`), or None where
-        no graph runs it: build it on the device then (`engine/batch_builder.py`)."""
-        return self.graph_runner.stage(rows, starts) if self.graph_runner is not None else None
+        no graph runs it: build it on the device then (`engine/batch_builder.py`). `verify`: a
+        verification step's rows (`Batch.verify`)."""
+        if self.graph_runner is None:
+            return None
+        return self.graph_runner.stage(rows, starts, verify)
+
+    def verifies_as_decode(self, rows: int) -> bool:
+        """Whether a verification step of `rows` tokens runs as a decode batch, a row a token
+        (`scheduler/verify_step.py`): where a decode graph takes that many rows (on CUDA an
+        eager decode batch would re-read each request's KV for every row and gain nothing over
+        the extend), and on CPU, which runs the same path without graphs. Otherwise it runs as
+        an extend of each request's tokens."""
+        if self.graph_runner is not None:
+            return self.graph_runner.can_run_verify(rows)
+        return self.device.type != "cuda"
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:

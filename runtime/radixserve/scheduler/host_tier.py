@@ -5,8 +5,12 @@ Every decision (what to copy, which pages) is the tree's, taken on the host from
 rank shares, so ranks agree without a message; only the copies' timing is the GPU's.
 
 The ordering on a GPU, each rule closing a hazard:
-- a backup reads KV a forward may still be computing: it waits for the compute stream as of the
-  forward just launched (`after_launch`), or, when an eviction needs it now, as of the last launch;
+- a backup reads KV a forward may still be computing, through slot indices the compute stream
+  wrote (a node's `indices`, converted from its page-table slots when it was inserted): it waits
+  for the compute stream as of the forward just launched (`after_launch`), or, when an eviction
+  needs it now, as of now (a node inserted since the last launch, by a request that finished,
+  has indices enqueued after that launch: waiting for the launch alone read them unwritten, an
+  out-of-bounds gather on an H100);
 - a backup writes host pages that host eviction freed, which a load may still be reading: it
   waits for the last load;
 - a load writes device pages whose slots came from allocator ops on the compute stream and which
@@ -56,7 +60,11 @@ class HostTier:
         """An eviction freed device pages: back up now what it decided to keep (`writes`: the
         pages are reused from now on), and make the next forward wait for those backups and for
         the earlier ones (`ready`: the evicted nodes' `host_ready`) that may still read them."""
-        event = self._write(writes, self._last_compute)
+        now = None
+        if self._write_stream is not None and writes:
+            now = torch.cuda.Event()
+            now.record()
+        event = self._write(writes, now)
         if self._write_stream is not None:
             self._fences += [e for e in ready if e is not None]
             if event is not None:

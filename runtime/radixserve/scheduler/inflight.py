@@ -22,12 +22,10 @@ class ForwardPass(NamedTuple):
     items: list[tuple[Req, int]]
     emits: list[int]  # indices of items that finished their prompt: they sample a token
     batch: Batch
-    logits: torch.Tensor  # [bs, vocab], one row per item
+    logits: torch.Tensor  # [bs, vocab], one row per item (a verification step: `verify_rows`)
     prompt_lp: PromptLogprobs | None = None  # of the requests that asked for them
     embeds: Embeddings | None = None  # of the embedding requests whose prompt ends here
-    # a verification step: each drafting request's drafts, and each item's last logits row
-    drafts: dict[Req, list[int]] | None = None
-    rows: list[int] | None = None
+    drafts: dict[Req, list[int]] | None = None  # a verification step: each request's drafts
 
     @property
     def constrained(self) -> bool:

@@ -76,7 +76,12 @@ from radixserve.scheduler.ledger import RequestLedger
 from radixserve.scheduler.policy import SchedulePolicy
 from radixserve.scheduler.prefill import PrefillAdder
 from radixserve.scheduler.token_estimate import RETRACT_STEPS, TokenEstimate
-from radixserve.scheduler.verify_step import sample_verified, verify_rows, write_drafts
+from radixserve.scheduler.verify_step import (
+    sample_verified,
+    token_rows,
+    verify_rows,
+    write_drafts,
+)
 from radixserve.speculative.factory import create_speculator
 from radixserve.speculative.factory import plan as speculative_plan
 from radixserve.utils.tensor import to_device
@@ -100,7 +105,8 @@ class Scheduler:
         host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
                 if sched.enable_hierarchical_cache else None)
         self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,
-                             spec.companion if spec else NO_COMPANION)
+                             spec.companion if spec else NO_COMPANION,
+                             1 + sched.speculative_num_draft_tokens if spec else 0)
         self.device = self.engine.device
         self.table = self.engine.table
         tier = (HostTier(self.engine.kv_pool, self.engine.host_pool, self.device)
@@ -427,15 +433,21 @@ class Scheduler:
         items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
+        # a verification step: a decode batch of a row a token, or one extend of each request's
+        # token and its drafts (`scheduler/verify_step.py`)
+        verify = bool(drafts) and decode and self.engine.verifies_as_decode(
+            sum(n for _, n in items))
         if drafts:  # verified after the request's last token: the next positions of its row
             write_drafts(self.table.token_pool, drafts)
-            decode = False  # (one extend of each request's token and its drafts)
+            decode = verify
         if decode_rows and self.estimate is not None:
             self.estimate.decode_step()
-        batch = self.engine.stage_decode([r.row for r, _ in items],
-                                         [r.kv_len for r, _ in items]) if decode else None
+        rows = token_rows(items) if verify else items
+        batch = self.engine.stage_decode([r.row for r, _ in rows], [r.kv_len for r, _ in rows],
+                                         verify) if decode else None
         if batch is None:
-            batch = build_batch(items, self.table, self.device, decode)
+            batch = build_batch(rows, self.table, self.device, decode)
+            batch.verify = verify
         batch.uses_lora = any(r.lora is not None for r, _ in items)
         for req, n in items:
             req.kv_len += n
@@ -446,11 +458,11 @@ class Scheduler:
         # the host tier's loads this batch reads: its attention layers wait for them
         batch.kv_ready = self.cache.before_launch()
         assert batch.kv_ready is None or not decode, "a decode batch reads no loaded pages"
-        if drafts:  # logits at every verified position, one row at every other item's last
-            rows = verify_rows(items, drafts)
-            fwd = ForwardPass(items, emits, batch,
-                              self.engine.forward_rows(batch, to_device(rows, self.device)),
-                              drafts=drafts, rows=rows)
+        if verify:  # (a row a token: the logits of every verified position, in order)
+            fwd = ForwardPass(items, emits, batch, self.engine.forward(batch), drafts=drafts)
+        elif drafts:  # logits at every verified position, one row at every other item's last
+            fwd = ForwardPass(items, emits, batch, self.engine.forward_rows(
+                batch, to_device(verify_rows(items, drafts), self.device)), drafts=drafts)
         elif lp_plan is None and not embed_reqs:
             fwd = ForwardPass(items, emits, batch, self.engine.forward(batch))
         else:

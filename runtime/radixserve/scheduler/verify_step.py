@@ -1,9 +1,15 @@
-"""A decode step that verifies drafts (`speculative/`). Each drafting request's batch item is an
-extend of its last token and its drafts, written into its token-pool row after that token, so the
-target computes their KV and its logits at each of them in one forward pass; every other item is
-as in any step (one logits row, its last token's). The step is read at once: what the target keeps
-of each request's drafts (`speculative/verify.py`) sets its KV length (the rejected drafts' KV
-is no longer its) and the next step's input token.
+"""A decode step that verifies drafts (`speculative/`). Each drafting request's last token and its
+drafts, written into its token-pool row after that token, go through the target in one forward
+pass, which computes their KV and its logits at each of them; every other request brings its
+last token as in any step. The step is read at once: what the target keeps of each request's
+drafts (`speculative/verify.py`) sets its KV length (the rejected drafts' KV is no longer its)
+and the next step's input token.
+
+The pass is a decode batch of a row a token (`token_rows`) where the engine runs one
+(`Engine.verifies_as_decode`): the drafted row j of a request at KV length L reads positions
+0..L + j, the rows before it storing theirs in the same pass, as plain decoding's steps would
+one after another, so the decode CUDA graphs replay it. Otherwise it is an extend of each
+request's tokens (`verify_rows` picks its logits).
 
 Invariant after the step, for a drafting request that kept `a` of its `d` drafts: `kv_len` counts
 its last token and the `a` kept drafts (their KV is computed), its row holds the target's own token
@@ -11,7 +17,7 @@ at `kv_len`, the next step's input; the rejected drafts' KV rows past it are wri
 steps to come."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -31,6 +37,20 @@ def write_drafts(token_pool: torch.Tensor, drafts: dict[Req, list[int]]) -> None
     where = to_device([rows, cols], token_pool.device)
     token_pool[where[0], where[1]] = to_device([t for d in drafts.values() for t in d],
                                                token_pool.device)
+
+
+class TokenAt(NamedTuple):
+    """One token of a request as a decode row: the request's page-table row, and the KV length
+    before the token (its position)."""
+
+    row: int
+    kv_len: int
+
+
+def token_rows(items: list[tuple[Req, int]]) -> list[tuple[TokenAt, int]]:
+    """A verification step's items (each request and its token count) as decode rows, a token
+    each, in order: the logits come in `verify_rows`' order, every row being needed."""
+    return [(TokenAt(r.row, r.kv_len + j), 1) for r, n in items for j in range(n)]
 
 
 def verify_rows(items: list[tuple[Req, int]], drafts: dict[Req, list[int]]) -> list[int]:

@@ -1,0 +1,40 @@
+"""`bench speculative --bracket`: the ceiling's replayed drafts are all kept even where a plain
+run's tokens part from what verification produces (bf16 near-ties on a GPU; simulated here by a
+record that goes wrong part-way), and the floor's none."""
+from __future__ import annotations
+
+from radixserve.bench import speculative as bench
+from radixserve.config import EngineConfig, SchedulerConfig
+from radixserve.scheduler.scheduler import Scheduler
+from radixserve.speculative.speculator import Speculator
+
+K = 4
+
+
+def _setup(tiny_ckpts) -> tuple[Scheduler, list[bench.Prompted]]:
+    path = tiny_ckpts["qwen3"]
+    sched = Scheduler(EngineConfig(model=str(path), dtype="float32", device="cpu",
+                                   max_kv_tokens=8192),
+                      SchedulerConfig(max_running_requests=4, speculative_algorithm="ngram"))
+    return sched, bench.workload("random", path, 3, 24, sched.vocab_size)
+
+
+def test_the_ceiling_keeps_every_draft_where_the_plain_record_parts_from_verification(
+        tiny_ckpts) -> None:
+    sched, reqs = _setup(tiny_ckpts)
+    plain = bench.record(sched, reqs, 2)
+    # a plain run that parted from verification after 5 tokens (as a near-tie does in bf16)
+    parted = {p: t[:5] + [(x + 1) % sched.vocab_size for x in t[5:]] for p, t in plain.items()}
+    sched.spec = Speculator(bench.ReplayDrafter(parted, True, sched.vocab_size), K)
+    naive = bench.run(sched, reqs, 2, uid0=10**6)
+    assert naive.kept < naive.drafted  # replaying it, later drafts fail
+
+    whole = bench.ceiling_record(sched, reqs, 2, K, parted)
+    assert whole == plain  # (on CPU in float32 the verified tokens are the plain ones)
+    sched.spec = Speculator(bench.ReplayDrafter(whole, True, sched.vocab_size), K)
+    ceiling = bench.run(sched, reqs, 2, uid0=10**6)
+    assert ceiling.drafted > 0 and ceiling.kept == ceiling.drafted
+    sched.spec = Speculator(bench.ReplayDrafter(plain, False, sched.vocab_size), K)
+    floor = bench.run(sched, reqs, 2, uid0=10**6)
+    assert floor.drafted > 0 and floor.kept == 0
+    sched.check_integrity()
