@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from radixserve_kernels._utils import cdiv, dot_precision, next_pow2
+from radixserve_kernels._utils import cdiv, dot_precision, next_pow2, pdl_args
 
 # the shrink cuts its K (the layer's input) into splits of at least this many columns, as many
 # as it takes to give the device about SHRINK_PROGRAMS programs: the rank is small, so a
@@ -122,7 +122,7 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.T
             out.stride(0), n, n, 0,
             SPLITS=splits, IN_PLANES=1, NUM_PARTS=1, ACCUMULATE=False,
             BLOCK_M=SHRINK_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
-            PRECISION=dot_precision(x.dtype), num_warps=4, num_stages=2,
+            PRECISION=dot_precision(x.dtype), num_warps=4, num_stages=2, **pdl_args(x),
         )
     return out
 
@@ -151,6 +151,6 @@ def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRA
         0, ends[0], ends[1], rank,
         SPLITS=1, IN_PLANES=planes.shape[0], NUM_PARTS=parts, ACCUMULATE=True,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(y.dtype),
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, **pdl_args(y),
     )
     return y

@@ -3,6 +3,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.pdl import pdl_enter
+
 
 @triton.jit
 def lora_gemm_kernel(
@@ -11,6 +13,7 @@ def lora_gemm_kernel(
     SPLITS: tl.constexpr, IN_PLANES: tl.constexpr, NUM_PARTS: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """out[row, n] (+)= in[row, p * part_cols + k] . w[slot, n, k] over k, for one tile of
     tokens (program axis 0: up to BLOCK_M tokens of one slot, the slots' tiles numbered in slot
@@ -19,7 +22,10 @@ def lora_gemm_kernel(
     Output n belongs to projection p: [0, end0), [end0, end1), [end1, N).
     SPLITS > 1: each split writes its own partial plane (out + split * out_split_s).
     IN_PLANES > 1: the input is that many partial planes (in + plane * in_plane_s), summed as
-    they load (the shrink's splits, reduced by the expand that reads them: no launch between)."""
+    they load (the shrink's splits, reduced by the expand that reads them: no launch between).
+    PDL: launched early behind the kernel before it (`pdl_enter`), as the decode path's GEMVs
+    are: a LoRA layer adds two kernels to each projection of a decode step."""
+    pdl_enter(PDL)
     tile = tl.program_id(0)
     # which slot's tokens the tile holds, and which of its tiles it is: a scan of the counts
     slot = tl.full([], -1, tl.int32)
