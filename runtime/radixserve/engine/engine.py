@@ -295,8 +295,8 @@ class Engine:
 
     @torch.inference_mode()
     def forward_rows(self, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
-        """Logits [len(rows), vocab] at the batch's tokens `rows` (a verification step's: each
-        drafted position). Never a decode graph replay."""
+        """Logits [len(rows), vocab] at the batch's tokens `rows` (a verification step run as an
+        extend: each drafted position; `verifies_as_decode`). Never a decode graph replay."""
         return self.model.compute_logits(self.forward_hidden(batch)[rows])
 
     def stage_decode(self, rows: list[int], starts: list[int], verify: bool = False) -> Batch | None:
