@@ -38,3 +38,27 @@ def test_the_ceiling_keeps_every_draft_where_the_plain_record_parts_from_verific
     floor = bench.run(sched, reqs, 2, uid0=10**6)
     assert floor.drafted > 0 and floor.kept == 0
     sched.check_integrity()
+
+
+def _plain_steps(r: bench.Run, num_reqs: int) -> int:
+    """Request-steps that decoded one token without drafting (each prompt's first token comes
+    from its prefill)."""
+    return r.tokens - num_reqs - r.verify_steps - r.kept
+
+
+def test_the_ceilings_drafter_drafts_in_every_step_after_a_rejection(tiny_ckpts) -> None:
+    # an adaptive drafter backs off to one-token steps after rejections: their tokens round
+    # differently from a verification step's on a GPU, so the ceiling's rounds draft every step
+    sched, reqs = _setup(tiny_ckpts)
+    plain = bench.record(sched, reqs, 2)
+    parted = {p: t[:5] + [(x + 1) % sched.vocab_size for x in t[5:]] for p, t in plain.items()}
+    runs = {}
+    for adaptive in (True, False):
+        sched.spec = Speculator(bench.ReplayDrafter(parted, True, sched.vocab_size), K,
+                                adaptive=adaptive)
+        runs[adaptive] = bench.run(sched, reqs, 2, uid0=10**6)
+    assert _plain_steps(runs[True], len(reqs)) > len(reqs)  # backed off
+    # fixed: only each request's last token (max_tokens) is decoded without drafts
+    assert _plain_steps(runs[False], len(reqs)) == len(reqs)
+    assert runs[False].drafted > runs[True].drafted
+    sched.check_integrity()

@@ -155,9 +155,13 @@ def ceiling_record(sched: Scheduler, reqs: list[Prompted], batch: int, k: int,
     a plain run's tokens part from the verified ones at the first such tie and every later draft
     fails (kept 54-75% on an H100 at batch 1). Each round replays the last round's own tokens
     until one keeps every draft (the fixed point), at most `CEILING_ROUNDS`: a round keeps at
-    least the tokens up to the first the last one did not (on an H200, 4 rounds kept 88-95%)."""
+    least the tokens up to the first the last one did not. Every step drafts k tokens whatever
+    was kept (`adaptive=False`): the tokens after a rejection are then verified in steps of the
+    same rows as the next round's, and round as they will (an adaptive drafter backs off to
+    one-token steps there, whose tokens the next round's verification parts from again: 4 rounds
+    kept 88-95% on an H200)."""
     for _ in range(CEILING_ROUNDS):
-        sched.spec = Speculator(ReplayDrafter(recorded, True, sched.vocab_size), k)
+        sched.spec = Speculator(ReplayDrafter(recorded, True, sched.vocab_size), k, adaptive=False)
         out: dict[tuple[int, ...], list[int]] = {}
         r = run(sched, reqs, batch, uid0=10**6, outputs=out)
         if r.kept == r.drafted:
@@ -182,7 +186,7 @@ def bracket(sched: Scheduler, reqs: list[Prompted], batch_sizes: list[int],
             kept_whole = ceiling_record(sched, reqs, bs, k, recorded)
             for keep, label in ((True, "ceiling"), (False, "floor")):
                 sched.spec = Speculator(ReplayDrafter(kept_whole if keep else recorded, keep,
-                                                      sched.vocab_size), k)
+                                                      sched.vocab_size), k, adaptive=not keep)
                 r = run(sched, reqs, bs, uid0=10**6)
                 # what a verification step's time gives where all k drafts are kept
                 whole = (f"; all kept: {(k + 1) * base.step_ms / r.verify_step_ms:.2f}x"

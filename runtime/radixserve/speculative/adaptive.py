@@ -60,3 +60,19 @@ class DraftLengths:
 
     def forget(self, uid: int) -> None:
         self._records.pop(uid, None)
+
+
+class FixedDraftLengths(DraftLengths):
+    """Every request drafts `most` tokens every step, whatever it kept: the bench's ceiling, where
+    a verification step of the same rows every time rounds the same way in every run (a back-off
+    to one-token steps would round the tokens after a rejection differently)."""
+
+    def wants(self, uid: int) -> bool:
+        return True
+
+    def next(self, uid: int) -> int:
+        return self.most
+
+    def observe(self, uid: int, drafted: int, kept: int) -> None:
+        pass
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from radixserve.speculative.adaptive import DraftLengths
+from radixserve.speculative.adaptive import DraftLengths, FixedDraftLengths
 
 if TYPE_CHECKING:
     from radixserve.core.request import Req
@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 
 class Speculator:
-    def __init__(self, drafter: BaseDrafter, most: int, max_batch: int | None = None) -> None:
+    def __init__(self, drafter: BaseDrafter, most: int, max_batch: int | None = None,
+                 adaptive: bool = True) -> None:
+        """`adaptive` False: every request drafts `most` tokens a step (`FixedDraftLengths`)."""
         self.drafter = drafter
-        self.lengths = DraftLengths(most)
+        self.lengths = DraftLengths(most) if adaptive else FixedDraftLengths(most)
         self.max_batch = max_batch
         self.drafted = self.accepted = self.verify_steps = 0  # totals, for the metrics
 
