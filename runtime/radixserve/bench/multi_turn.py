@@ -5,9 +5,16 @@ its answer is complete. The device KV pool holds `--kv-share` of the working set
 conversation's final context), so a conversation's history is often evicted before it comes
 back; timed without then with the host KV tier (`--enable-hierarchical-cache`, sized by
 `--hicache-ratio`/`--hicache-size`), in one command: prompt tokens computed, TTFT p50/p99 (from a
-turn's submission to its first token) and throughput."""
+turn's submission to its first token) and throughput.
+
+`--max-parallel P` bounds the turns in flight, as SGLang's `bench_multiturn.py` does: a turn
+ready while P are in flight waits on the client's side (first come, first sent), and its TTFT
+counts from its submission. Unbounded, every conversation's turn waits in the engine's queue,
+and by Little's law a closed loop's TTFT is then mostly that queue (it follows 1 / throughput);
+bounded at what the pool holds, it is what a turn's own prefill or load-back costs."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gc
 import random
@@ -56,8 +63,10 @@ def working_set(convs: list[Conversation]) -> int:
     return sum(len(c.opening) + sum(map(len, c.questions)) + sum(c.answers) for c in convs)
 
 
-def run_turns(sched, convs: list[Conversation], uid0: int = 0) -> TurnsRun:
-    """Every conversation's turns, each sent when the one before it has its answer."""
+def run_turns(sched, convs: list[Conversation], uid0: int = 0,
+              max_parallel: int | None = None) -> TurnsRun:
+    """Every conversation's turns, each ready when the one before it has its answer, and sent
+    while fewer than `max_parallel` are in flight (None: at once)."""
     device_sync(sched.device)
     before = sched.stats()
     start = time.perf_counter()
@@ -77,8 +86,13 @@ def run_turns(sched, convs: list[Conversation], uid0: int = 0) -> TurnsRun:
         sent[uid] = (i, time.perf_counter())
         uid += 1
 
-    for i in range(len(convs)):
-        send(i)
+    ready = collections.deque(range(len(convs)))  # conversations whose next turn waits
+
+    def send_ready() -> None:
+        while ready and (max_parallel is None or len(sent) < max_parallel):
+            send(ready.popleft())
+
+    send_ready()
     while sched.has_work:
         for o in sched.step():
             i, t0 = sent[o.uid]
@@ -91,7 +105,8 @@ def run_turns(sched, convs: list[Conversation], uid0: int = 0) -> TurnsRun:
                 del sent[o.uid]
                 turn[i] += 1
                 if turn[i] < len(convs[i].questions):
-                    send(i)
+                    ready.append(i)
+        send_ready()
     device_sync(sched.device)
     after = sched.stats()
     return TurnsRun(time.perf_counter() - start, output_tokens, prompt_tokens,
@@ -99,13 +114,13 @@ def run_turns(sched, convs: list[Conversation], uid0: int = 0) -> TurnsRun:
                     after["host_hit_tokens"] - before["host_hit_tokens"])
 
 
-def run_multi_turn(eng: EngineConfig, sch: SchedulerConfig,
-                   convs: list[Conversation]) -> dict[bool, TurnsRun]:
+def run_multi_turn(eng: EngineConfig, sch: SchedulerConfig, convs: list[Conversation],
+                   max_parallel: int | None = None) -> dict[bool, TurnsRun]:
     """Without, then with the host tier; each line printed as it lands."""
     runs: dict[bool, TurnsRun] = {}
     for tier in (False, True):
         with scheduler_group(eng, dataclasses.replace(sch, enable_hierarchical_cache=tier)) as sched:
-            r = runs[tier] = run_turns(sched, convs)
+            r = runs[tier] = run_turns(sched, convs, max_parallel=max_parallel)
             p = percentiles(r.ttft, (50, 99))
             print(f"{'radixserve host tier ' + ('on' if tier else 'off'):<26} "
                   f"{r.output_tokens / r.secs:>9.1f} output tok/s "

@@ -71,6 +71,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "question of --input-len tokens, answers of --output-len; the device KV "
                           "pool holds --kv-share of the working set; timed without then with the "
                           "host KV tier, with the prefill tokens computed and TTFT p50/p99")
+    off.add_argument("--max-parallel", type=int, default=None, metavar="P",
+                     help="--multi-turn: at most P turns in flight, the rest waiting on the "
+                          "client's side (TTFT counts from a turn's submission; default: all at once)")
     off.add_argument("--history-len", type=int, default=None, metavar="N",
                      help="--multi-turn: tokens of each conversation's opening history (default: "
                           "2048 with --model-preset, else 128)")
@@ -494,6 +497,8 @@ def _multi_turn(args, eng, sch, vocab, big, path) -> int:
     num, turns = args.multi_turn
     if num < 1 or turns < 1:
         raise SystemExit("bench: --multi-turn needs at least one conversation and one turn")
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise SystemExit(f"bench: --max-parallel takes a positive count, got {args.max_parallel}")
     history = args.history_len if args.history_len is not None else (2048 if big else 128)
     q_rng = tuple(args.input_len or ((64, 256) if big else (8, 32)))
     a_rng = tuple(args.output_len or ((64, 256) if big else (4, 16)))
@@ -503,8 +508,9 @@ def _multi_turn(args, eng, sch, vocab, big, path) -> int:
     print(f"workload: {num} conversations x {turns} turns, {history}-token openings, questions "
           f"{q_rng}, answers {a_rng}, seed 0, ignore_eos; working set {ws} tokens, device KV pool "
           f"{eng.max_kv_tokens} tokens ({eng.max_kv_tokens / ws:.3f} of it); model "
-          f"{args.model_preset or path}", flush=True)
-    run_multi_turn(eng, sch, convs)
+          f"{args.model_preset or path}; turns in flight "
+          f"{args.max_parallel or 'unbounded'}", flush=True)
+    run_multi_turn(eng, sch, convs, args.max_parallel)
     return 0
 
 
@@ -536,6 +542,8 @@ def run_offline(args: argparse.Namespace) -> int:
     vocab = text_config(hf_config).vocab_size
     if args.repeat < 1:
         raise SystemExit(f"bench: --repeat must be at least 1, got {args.repeat}")
+    if args.max_parallel is not None and not args.multi_turn:
+        raise SystemExit("bench: --max-parallel bounds the turns of --multi-turn: add it")
     if args.shared_prefix is not None:
         from radixserve.bench.shared_prefix import run_shared_prefix
 
