@@ -147,3 +147,20 @@ def test_a_mixed_batch_splits_at_its_trailing_one_token_requests() -> None:
     for prefix, ext in (([9, 0], [6, 11]), ([0, 4], [1, 1])):  # prompts only; decode only
         _, other, *_ = backend_case("cpu", torch.float32, 4, prefix, ext, (4, 2), 16)
         assert split_decode_tail(other) is None
+
+
+def test_flashinfer_graphs_of_one_size_share_its_wrapper() -> None:
+    """A size captured twice (LoRA's decode graphs with and without the update) plans the same
+    graph wrapper again (its buffers are the ones both graphs read), not a second one."""
+    from types import SimpleNamespace
+
+    from radixserve.attention.flashinfer_backend import FlashInferBackend
+
+    made, planned = [], []
+    fake = SimpleNamespace(_fallback=None, _graph={}, _graph_indices="indices",
+                           _new_decode_wrapper=lambda bs: made.append(bs) or f"wrapper{bs}",
+                           _plan=lambda w, batch, indices: planned.append((w, batch.bs)))
+    for bs in (4, 4, 8):
+        FlashInferBackend.prepare_for_capture(fake, SimpleNamespace(is_decode=True, bs=bs))
+    assert made == [4, 8]
+    assert planned == [("wrapper4", 4), ("wrapper4", 4), ("wrapper8", 8)]

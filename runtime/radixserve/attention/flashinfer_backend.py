@@ -155,8 +155,11 @@ class FlashInferBackend(BaseAttnBackend):
     def prepare_for_capture(self, batch: Batch) -> None:
         if self._fallback is not None:
             return self._fallback.prepare_for_capture(batch)
-        assert batch.is_decode and batch.bs not in self._graph, "capture each decode size once"
-        self._graph[batch.bs] = self._new_decode_wrapper(batch.bs)
+        assert batch.is_decode, "decode batches are captured"
+        # one wrapper a size: a size's graphs (with and without LoRA's update) replay it in turn,
+        # each planned again before its replay
+        if batch.bs not in self._graph:
+            self._graph[batch.bs] = self._new_decode_wrapper(batch.bs)
         self._plan(self._graph[batch.bs], batch, self._graph_indices)
 
     def prepare_for_replay(self, batch: Batch) -> None:
