@@ -98,12 +98,13 @@ def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
                 top = [list(zip(res.top_ids[j, :k].tolist(), res.top_logprobs[j, :k].tolist()))]
             runs[i] = Verified([tokens[j]], lp, top, invalid[j])
     verifying = [i for i in emits if items[i][0] in drafts]
-    # the argmax of every row of the plain greedy requests, read in one copy for the step
+    # the argmax of every row of the plain greedy requests, read in one copy for the step (of
+    # every row, then picked: gathering whole rows of logits first costs a vocabulary's copy each)
     greedy = [i for i in verifying if plain_greedy(items[i][0])]
     best: dict[int, list[int]] = {}
     if greedy:
         at = [first[i] + j for i in greedy for j in range(len(drafts[items[i][0]]) + 1)]
-        flat = logits[to_device(at, sched.device)].argmax(-1).tolist()
+        flat = logits.argmax(-1)[to_device(at, sched.device)].tolist()
         for i in greedy:
             n = len(drafts[items[i][0]]) + 1
             best[i], flat = flat[:n], flat[n:]
