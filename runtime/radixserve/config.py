@@ -253,7 +253,8 @@ class SchedulerConfig:
     speculative_num_draft_tokens: int = option(
         4, "--speculative-num-draft-tokens", parse=int, check=within(1, 16),
         help="the most tokens drafted for a request in one step (fewer, or none, where its "
-             "drafts keep being rejected)")
+             "drafts keep being rejected); SGLang's flag of this name also counts the verified "
+             "last token, so its N drafts N − 1")
     speculative_draft_model_path: str | None = option(
         None, "--speculative-draft-model-path", default_text="none",
         help="the draft model of --speculative-algorithm draft (a Hugging Face directory or hub id "
