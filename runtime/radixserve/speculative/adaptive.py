@@ -75,4 +75,3 @@ class FixedDraftLengths(DraftLengths):
 
     def observe(self, uid: int, drafted: int, kept: int) -> None:
         pass
-
