@@ -364,10 +364,12 @@ SGLANG_REGEX = r'\{\n   "name": "[\w]{1,10}",\n   "population": [\d]{1,7}\n\}'
 def _structured_calls(client, model) -> dict[str, Callable[[], str]]:
     msgs = [SYSTEM, {"role": "user", "content": "The best language for safe systems programming is"}]
 
+    # seeded: a free string or JSON object sampled at 0.7 can run past any budget (one draw in
+    # twelve for json_object); a seed keeps each call to one draw, whatever it is batched with
     def chat(extra: dict, tokens: int = 40) -> Callable[[], str]:
         def call() -> str:
             r = client.chat.completions.create(model=model, messages=msgs, max_tokens=tokens, temperature=0.7,
-                                               logprobs=True, top_logprobs=5, extra_body=extra)
+                                               seed=4, logprobs=True, top_logprobs=5, extra_body=extra)
             assert r.choices[0].finish_reason == "stop", r
             # vLLM's test_structured_outputs_choice_chat_logprobs: the tokens the grammar excludes
             # have OpenAI's floor, never -inf (not JSON)
