@@ -9,10 +9,12 @@ decode step (docs/benchmarks.md).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
-from radixserve_kernels._utils import cdiv, dot_precision, pdl_args
+from radixserve_kernels._utils import cdiv, dot_precision, next_pow2, pdl_args
 
 SKINNY_MAX_M = 16  # rows one program holds (tl.dot's smallest tile)
 
@@ -90,16 +92,35 @@ def silu_mul_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _gemv(x, weight, bias, torch.empty(1, n, dtype=x.dtype, device=x.device), gated=True)
 
 
+class GemvLoRA(NamedTuple):
+    """The adapter update `_gemv` adds to its row (`lora_gemv`): `planes` [splits, 1, P*R] the
+    shrink's partial planes, `b` [S, N, R] contiguous, `slot` [1] int32 (-1: none), `ends`
+    where projections 0 and 1 end."""
+
+    planes: torch.Tensor
+    b: torch.Tensor
+    slot: torch.Tensor
+    ends: tuple[int, int]
+
+
 def _gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
-          gated: bool) -> torch.Tensor:
-    """The one-row kernel into y [1, N]; `gated`: x is [gate | up] and the row is their product."""
+          gated: bool, lora: GemvLoRA | None = None) -> torch.Tensor:
+    """The one-row kernel into y [1, N]; `gated`: x is [gate | up] and the row is their product;
+    `lora`: plus that update."""
     from radixserve_kernels._jit.gemv import gemv_kernel
 
     n, k = weight.shape
     block_n, block_k, warps, stages = gemv_config(n, k)
+    if lora is None:
+        extra, meta = (weight, weight, weight, 0, 0, 0, 0, 0), {"PLANES": 1, "BLOCK_R": 1}
+    else:
+        rank = lora.b.shape[2]
+        extra = (lora.planes, lora.b, lora.slot, lora.planes.stride(0), lora.b.stride(0),
+                 *lora.ends, rank)
+        meta = {"PLANES": lora.planes.shape[0], "BLOCK_R": max(16, next_pow2(rank))}
     gemv_kernel[(cdiv(n, block_n),)](
-        x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0),
+        x, weight, bias if bias is not None else weight, y, n, k, weight.stride(0), *extra,
         HAS_BIAS=bias is not None, GATED=gated, BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=warps, num_stages=stages, **pdl_args(x),
+        LORA=lora is not None, **meta, num_warps=warps, num_stages=stages, **pdl_args(x),
     )
     return y

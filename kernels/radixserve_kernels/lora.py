@@ -23,6 +23,7 @@ import itertools
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from radixserve_kernels._utils import cdiv, dot_precision, next_pow2, pdl_args
 
@@ -65,8 +66,14 @@ def _slot_rows(groups: LoRAGroups) -> list[tuple[int, torch.Tensor]]:
     return [(s, torch.nonzero(slots == s).flatten()) for s in torch.unique(slots).tolist() if s >= 0]
 
 
-def lora_shrink_ref(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
-    """v [T, P*R] = x @ a[slot].T per token (x's dtype); zero rows for the base model's tokens."""
+def lora_shrink_ref(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups,
+                    gated: bool = False) -> torch.Tensor:
+    """v [T, P*R] = x @ a[slot].T per token (x's dtype); zero rows for the base model's tokens.
+    `gated`: x is [gate | up] and the input silu(gate) * up (a gated MLP's down projection)."""
+    if gated:
+        from radixserve_kernels.activation import silu_and_mul_ref
+
+        x = silu_and_mul_ref(x)
     v = torch.zeros(x.shape[0], a.shape[1], dtype=x.dtype, device=x.device)
     for s, rows in _slot_rows(groups):
         v[rows] = x[rows] @ a[s].T
@@ -97,15 +104,19 @@ def shrink_splits(tokens: int, k: int, n_blocks: int) -> int:
     return max(1, min(k // SHRINK_SPLIT_MIN_COLS, cdiv(SHRINK_PROGRAMS, m_blocks * n_blocks)))
 
 
-def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.Tensor:
-    """Triton twin of `lora_shrink_ref` for x [T, in] (last dim contiguous), a [S, P*R, in]
-    contiguous, left as its splits' partial planes [splits, T, P*R] (x's dtype where there is
-    one, float32 where there are several; `lora_expand_` sums them as it reads them). The rows
-    of base-model tokens are left unwritten (nothing reads them)."""
+def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups,
+                gated: bool = False) -> torch.Tensor:
+    """Triton twin of `lora_shrink_ref` for x [T, in] ([T, 2 * in] gated; last dim contiguous),
+    a [S, P*R, in] contiguous, left as its splits' partial planes [splits, T, P*R] (x's dtype
+    where there is one, float32 where there are several; `lora_expand_` and `lora_gemv` sum them
+    as they read them). The rows of base-model tokens are left unwritten (nothing reads them)."""
     from radixserve_kernels._jit.lora import lora_gemm_kernel
 
-    t, k = x.shape
+    t, k = x.shape[0], a.shape[2]
     num_slots, n, _ = a.shape
+    if x.shape[1] != (2 * k if gated else k):
+        raise ValueError(f"lora_shrink of an A of {k} columns takes x [T, {2 * k if gated else k}]"
+                         f"{' (gated)' if gated else ''}, got {list(x.shape)}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     block_n = min(64, max(16, next_pow2(n)))
@@ -120,7 +131,7 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups) -> torch.T
             x, a, out, groups.order, groups.starts, groups.counts, num_slots,
             n, k, k_split, x.stride(0), 0, a.stride(0), a.stride(1), out.stride(1),
             out.stride(0), n, n, 0,
-            SPLITS=splits, IN_PLANES=1, NUM_PARTS=1, ACCUMULATE=False,
+            SPLITS=splits, IN_PLANES=1, NUM_PARTS=1, ACCUMULATE=False, GATED=gated,
             BLOCK_M=SHRINK_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
             PRECISION=dot_precision(x.dtype), num_warps=4, num_stages=2, **pdl_args(x),
         )
@@ -149,8 +160,42 @@ def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRA
         planes, b, y, groups.order, groups.starts, groups.counts, num_slots,
         n, rank, rank, planes.stride(1), planes.stride(0), b.stride(0), b.stride(1), y.stride(0),
         0, ends[0], ends[1], rank,
-        SPLITS=1, IN_PLANES=planes.shape[0], NUM_PARTS=parts, ACCUMULATE=True,
+        SPLITS=1, IN_PLANES=planes.shape[0], NUM_PARTS=parts, ACCUMULATE=True, GATED=False,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=dot_precision(y.dtype),
         num_warps=4, num_stages=2, **pdl_args(y),
     )
     return y
+
+
+def lora_gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  a: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,
+                  part_bounds: tuple[int, ...], gated: bool = False) -> torch.Tensor:
+    """A layer's product for x plus each token's adapter update: `F.linear` (of silu(gate) * up
+    where `gated`), then `lora_shrink_ref` and `lora_expand_ref`."""
+    from radixserve_kernels.activation import silu_and_mul_ref
+
+    y = F.linear(silu_and_mul_ref(x) if gated else x, weight, bias)
+    return lora_expand_ref(y, lora_shrink_ref(x, a, groups, gated), b, groups, part_bounds)
+
+
+def lora_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              a: torch.Tensor, b: torch.Tensor, groups: LoRAGroups, part_bounds: tuple[int, ...],
+              gated: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton twin of `lora_gemv_ref` for one row x [1, in] ([1, 2 * in] gated), a 16-bit weight
+    [N, in] contiguous (decode at batch 1): the shrink, then the one-row GEMV with the expand in
+    its epilogue, two launches where the unfused layer takes three (four gated: the activation
+    too). `out`: a [1, N] buffer the row is written to (contiguous)."""
+    from radixserve_kernels.gemv import GemvLoRA, _gemv
+
+    n = weight.shape[0]
+    if x.dim() != 2 or x.shape[0] != 1:
+        raise ValueError(f"lora_gemv takes one row, got x {list(x.shape)}")
+    parts = len(part_bounds) - 1
+    assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    assert weight.is_contiguous() and b.is_contiguous(), "the weights must be contiguous"
+    planes = lora_shrink(x, a, groups, gated)
+    ends = (list(part_bounds[1:-1]) + [n] * (3 - parts))[:2]
+    y = out if out is not None else torch.empty(1, n, dtype=x.dtype, device=x.device)
+    return _gemv(x, weight, bias, y, gated, GemvLoRA(planes, b, groups.slots, (ends[0], ends[1])))

@@ -656,6 +656,47 @@ def check_lora(dev: str, dtype: torch.dtype, tokens: int, hidden: int, parts: tu
     assert torch.equal(y[~mine], y0[~mine])
 
 
+def check_lora_gemv(dev: str, dtype: torch.dtype, hidden: int, parts: tuple[int, ...], rank: int,
+                    slots: int, gated: bool) -> None:
+    """The one-row product with its adapter's update in the GEMV's epilogue: close to the float32
+    reference for every slot and the base model (slot -1: the plain GEMV's bits), with and
+    without bias; `gated`: the down projection's [gate | up] input, its activation computed by
+    both kernels."""
+    from radixserve_kernels import lora_gemv, lora_gemv_ref, lora_groups, silu_and_mul, skinny_gemm
+
+    gen = torch.Generator().manual_seed(hidden + rank + gated)
+    out, p = parts[-1], len(parts) - 1
+    x = (torch.randn(1, 2 * hidden if gated else hidden, generator=gen) * 2).to(dtype).to(dev)
+    w = (torch.randn(out, hidden, generator=gen) * hidden**-0.5).to(dtype).to(dev)
+    bias = torch.randn(out, generator=gen).to(dtype).to(dev)
+    a = (torch.randn(slots, p * rank, hidden, generator=gen) * hidden**-0.5).to(dtype).to(dev)
+    b = (torch.randn(slots, out, rank, generator=gen) * rank**-0.5).to(dtype).to(dev)
+    b[0, : parts[1]] = 0  # slot 0's adapter leaves projection 0 out
+    x_in = silu_and_mul(x) if gated else x
+    for slot in range(-1, slots):
+        groups = lora_groups(torch.tensor([slot], dtype=torch.int32, device=dev), slots)
+        for bb in (None, bias):
+            got = lora_gemv(x, w, bb, a, b, groups, parts, gated)
+            assert got.shape == (1, out)
+            if slot < 0:
+                assert torch.equal(got, skinny_gemm(x_in, w, bb))
+                continue
+            want = lora_gemv_ref(x.float(), w.float(), None if bb is None else bb.float(),
+                                 a.float(), b.float(),
+                                 groups, parts, gated)
+            close(got, want, dtype, scale=8)
+            delta = (got.float() - skinny_gemm(x_in, w, bb).float()).abs()
+            if slot == 0:  # the projection left out: the base product's bits there
+                assert (delta[:, : parts[1]] == 0).all()
+            assert (slot == 0 and p == 1) or delta[:, 0 if slot else parts[1]:].max() > 0
+    buf = torch.full((1, out), 7.0, dtype=dtype, device=dev)
+    assert lora_gemv(x, w, None, a, b, groups, parts, gated, out=buf) is buf
+    close(buf, lora_gemv_ref(x.float(), w.float(), None, a.float(), b.float(), groups, parts,
+                             gated), dtype, scale=8)
+    with pytest.raises(ValueError, match="takes one row"):
+        lora_gemv(torch.cat([x, x]), w, None, a, b, groups, parts, gated)
+
+
 def check_page_indices(dev: str, seq_lens: list[int], page: int) -> None:
     from radixserve_kernels import page_indices, page_indices_ref
 

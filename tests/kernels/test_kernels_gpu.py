@@ -144,6 +144,50 @@ def test_lora_qwen3_8b_shapes(dtype: torch.dtype, tokens: int, rank: int) -> Non
     kc.check_lora("cuda", dtype, tokens, 12288, (0, 4096), rank, slots=8)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])  # (a one-row GEMV's types)
+@pytest.mark.parametrize("rank", [16, 256])
+def test_lora_gemv_qwen3_8b_shapes(dtype: torch.dtype, rank: int) -> None:
+    # one row (decode at batch 1) through Qwen3-8B's fused qkv, gate-up and gated down projection
+    kc.check_lora_gemv("cuda", dtype, 4096, (0, 4096, 5120, 6144), rank, slots=8, gated=False)
+    kc.check_lora_gemv("cuda", dtype, 4096, (0, 12288, 24576), rank, slots=8, gated=False)
+    kc.check_lora_gemv("cuda", dtype, 12288, (0, 4096), rank, slots=8, gated=True)
+
+
+def test_lora_gemv_in_a_cuda_graph() -> None:
+    """The one-row product with its update captured once, replayed as the row's slot changes
+    (the base model's among them): each replay gives what the kernel gives outside the graph."""
+    from radixserve_kernels import lora_gemv, lora_groups
+
+    gen = torch.Generator().manual_seed(4)
+    hidden, out, rank, slots = 2048, 1536, 16, 4
+    x = torch.randn(1, 2 * hidden, generator=gen).bfloat16().cuda()
+    w = (torch.randn(out, hidden, generator=gen) * hidden**-0.5).bfloat16().cuda()
+    a = (torch.randn(slots, rank, hidden, generator=gen) * hidden**-0.5).bfloat16().cuda()
+    b = torch.randn(slots, out, rank, generator=gen).bfloat16().cuda()
+    slot = torch.zeros(1, dtype=torch.int32, device="cuda")
+    y = torch.zeros(1, out, dtype=torch.bfloat16, device="cuda")
+
+    def step() -> None:
+        lora_gemv(x, w, None, a, b, lora_groups(slot, slots), (0, out), gated=True, out=y)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    seen = []
+    for s in (2, -1, 0, 3):
+        slot.fill_(s)
+        graph.replay()
+        want = lora_gemv(x, w, None, a, b, lora_groups(slot, slots), (0, out), gated=True)
+        assert torch.equal(y, want), s
+        seen.append(y.clone())
+    assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[0], seen[2])
+
+
 def test_lora_in_a_cuda_graph() -> None:
     """The grouping and both kernels captured once, replayed over other adapters' tokens: what a
     decode graph does each step (the slots are gathered into a static buffer)."""

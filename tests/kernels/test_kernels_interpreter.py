@@ -196,6 +196,13 @@ def test_lora_shrink_split_k(dtype: torch.dtype) -> None:
     kc.check_lora("cpu", dtype, tokens=37, hidden=8300, parts=(0, 16), rank=16, slots=2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16])  # (16-bit: a one-row GEMV's types)
+@pytest.mark.parametrize("hidden, parts, gated", [(300, (0, 24, 32, 40), False),
+                                                  (600, (0, 30), True)])  # (2 shrink planes)
+def test_lora_gemv(dtype: torch.dtype, hidden: int, parts: tuple[int, ...], gated: bool) -> None:
+    kc.check_lora_gemv("cpu", dtype, hidden=hidden, parts=parts, rank=8, slots=3, gated=gated)
+
+
 def test_page_indices() -> None:
     kc.check_page_indices("cpu", [1, 16, 17, 40], page=16)
 

@@ -367,3 +367,55 @@ def test_block_scales_compact_only_over_rows_that_share_them(monkeypatch) -> Non
         torch.testing.assert_close(after, before, rtol=2e-3, atol=2e-3)
         assert torch.equal(layer(x), ref_before)
         assert compact_block_scales(layer) == want  # once only
+
+
+def test_lora_rides_the_one_row_gemv(monkeypatch) -> None:
+    """One 16-bit row with adapters (decode at batch 1): each projection takes the shrink and
+    one GEMV with the expand in its epilogue, the down projection's activation inside both,
+    with the torch path's result for a mixed slot, the base model (slot -1) and an empty slot;
+    two rows keep the product, then the shrink and the expand."""
+    from types import SimpleNamespace
+
+    from radixserve.core import context
+    from radixserve.layers import lora as lora_layer
+    from radixserve.layers.linear import QKVParallelLinear
+    from radixserve.layers.lora import LinearLoRA
+    from radixserve.models.decoder import DenseMLP
+    from radixserve.utils import kernel_path
+    from radixserve_kernels import lora_groups
+
+    fused: list[bool] = []
+    gemv = lora_layer.lora_gemv
+    monkeypatch.setattr(lora_layer, "lora_gemv",
+                        lambda *a, **k: fused.append(a[7]) or gemv(*a, **k))
+    gen = torch.Generator().manual_seed(6)
+    dtype, slots, rank = torch.float16, 3, 4
+    mlp, qkv = DenseMLP(40, 72), QKVParallelLinear(40, 8, 4, 2, bias=True)
+    layers = [qkv, mlp.gate_up_proj, mlp.down_proj]
+    for p in [*mlp.parameters(), *qkv.parameters()]:
+        p.data = (torch.randn(p.shape, generator=gen) / 6).to(dtype)
+    for layer in layers:
+        layer.lora = LinearLoRA(layer, slots, rank, dtype)
+        layer.lora.a.copy_(torch.randn(layer.lora.a.shape, generator=gen) / 6)
+        layer.lora.b.copy_(torch.randn(layer.lora.b.shape, generator=gen) / 4)
+        layer.lora.clear(2)  # an empty slot
+
+    def run(x: torch.Tensor, token_slots: list[int], kernels: bool) -> list[torch.Tensor]:
+        groups = lora_groups(torch.tensor(token_slots, dtype=torch.int32), slots)
+        with monkeypatch.context() as m:
+            m.setattr(context.get_context(), "batch", SimpleNamespace(lora=groups))
+            if kernels:
+                m.setattr(kernel_path, "use_triton", lambda t: True)
+            return [qkv(x), mlp(x)]
+
+    for token_slots in ([1], [-1], [2], [0, 1]):
+        x = torch.randn(len(token_slots), 40, generator=gen).to(dtype)
+        got, want = run(x, token_slots, True), run(x, token_slots, False)
+        # one row: qkv, gate-up and the gated down projection each fused
+        assert fused == ([False, False, True] if len(token_slots) == 1 else []), token_slots
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=2e-2)
+        fused.clear()
+    # the update is there: without adapters the outputs differ
+    x = torch.randn(1, 40, generator=gen).to(dtype)
+    assert not torch.allclose(run(x, [1], True)[1].float(), run(x, [-1], True)[1].float(), atol=0.05)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radixserve_kernels._jit.activation import gated_row
 from radixserve_kernels._jit.pdl import pdl_enter
 
 
@@ -11,7 +12,7 @@ def lora_gemm_kernel(
     in_ptr, w_ptr, out_ptr, order_ptr, starts_ptr, counts_ptr, num_slots,
     N, K, K_SPLIT, in_s0, in_plane_s, w_s0, w_s1, out_s0, out_split_s, end0, end1, part_cols,
     SPLITS: tl.constexpr, IN_PLANES: tl.constexpr, NUM_PARTS: tl.constexpr,
-    ACCUMULATE: tl.constexpr,
+    ACCUMULATE: tl.constexpr, GATED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -23,6 +24,8 @@ def lora_gemm_kernel(
     SPLITS > 1: each split writes its own partial plane (out + split * out_split_s).
     IN_PLANES > 1: the input is that many partial planes (in + plane * in_plane_s), summed as
     they load (the shrink's splits, reduced by the expand that reads them: no launch between).
+    GATED: each input row is [gate | up] of 2K, and the input silu(gate) * up (a gated MLP's
+    down projection, whose activation its one-row GEMV computes too).
     PDL: launched early behind the kernel before it (`pdl_enter`), as the decode path's GEMVs
     are: a LoRA layer adds two kernels to each projection of a decode step."""
     pdl_enter(PDL)
@@ -65,7 +68,9 @@ def lora_gemm_kernel(
                 xm = mm[:, None] & km[None, :]
                 w = tl.load(w_base + n[None, :] * w_s1 + (k0 + kk)[:, None],
                             mask=km[:, None] & pm[None, :], other=0.0)
-                if IN_PLANES == 1:
+                if GATED:
+                    x = gated_row(in_ptr + rows[:, None] * in_s0, K, (k0 + kk)[None, :], xm)
+                elif IN_PLANES == 1:
                     x = tl.load(x_ptrs, mask=xm, other=0.0)
                 else:
                     xs = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)

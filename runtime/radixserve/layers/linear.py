@@ -65,6 +65,8 @@ class _Linear(nn.Module):
         return None if self.scale_block_k is None else (self.scale_block_n, self.scale_block_k)
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self.lora is not None and self.lora.fuses(x):
+            return self.lora.gemv(x, self.bias, out=out)
         y = linear(x, self.weight, self.bias, out, self.weight_scale, self.scale_block)
         return y if self.lora is None else self.lora.add_to(x, y)
 
@@ -105,10 +107,14 @@ class RowParallelLinear(_Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias if self.tp.size == 1 else None
-        y = linear(x, self.weight, bias, weight_scale=self.weight_scale,
-                   scale_block=self.scale_block)
-        if self.lora is not None:  # x @ A.T is this rank's share too: summed with the rest
-            y = self.lora.add_to(x, y)
+        # (x @ A.T is this rank's share of the adapter's update too: summed with the rest)
+        if self.lora is not None and self.lora.fuses(x):
+            y = self.lora.gemv(x, bias)
+        else:
+            y = linear(x, self.weight, bias, weight_scale=self.weight_scale,
+                       scale_block=self.scale_block)
+            if self.lora is not None:
+                y = self.lora.add_to(x, y)
         return y if self.tp.size == 1 else self._sum_ranks(y)
 
     def _sum_ranks(self, partial: torch.Tensor) -> torch.Tensor:
@@ -120,13 +126,15 @@ class RowParallelLinear(_Linear):
         """Whether `forward_silu_mul` takes x [T, 2 * in] in one launch: one 16-bit row on the
         kernel path with a 16-bit weight (decode at batch 1, where each launch saved counts)."""
         return (x.dim() == 2 and x.shape[0] == 1 and x.dtype != torch.float32
-                and self.weight_scale is None and self.lora is None and kernel_path.use_triton(x))
+                and self.weight_scale is None and kernel_path.use_triton(x))
 
     def forward_silu_mul(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)`."""
-        if self.tp.size == 1:
-            return silu_mul_gemv(x, self.weight, self.bias)
-        return self._sum_ranks(silu_mul_gemv(x, self.weight, None))
+        """`forward(silu(gate) * up)` of x = [gate | up], where `fuses_silu_mul(x)` (with the
+        adapters' update, whose shrink computes the activation too)."""
+        bias = self.bias if self.tp.size == 1 else None
+        y = (silu_mul_gemv(x, self.weight, bias) if self.lora is None
+             else self.lora.gemv(x, bias, gated=True))
+        return y if self.tp.size == 1 else self._sum_ranks(y)
 
     def weight_loader(
         self, param: nn.Parameter, full: torch.Tensor, shard_id: object = None

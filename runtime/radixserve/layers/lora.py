@@ -20,7 +20,15 @@ from radixserve.layers.linear import (
 )
 from radixserve.layers.utils import copy_shard
 from radixserve.utils import kernel_path
-from radixserve_kernels import lora_expand_, lora_expand_ref, lora_shrink, lora_shrink_ref
+from radixserve_kernels import (
+    lora_expand_,
+    lora_expand_ref,
+    lora_gemv,
+    lora_shrink,
+    lora_shrink_ref,
+    silu_mul_gemv,
+    skinny_gemm,
+)
 
 LoRATarget = QKVParallelLinear | MergedColumnParallelLinear | RowParallelLinear
 
@@ -81,6 +89,25 @@ class LinearLoRA:
         dst_a.copy_(a)
         offset, rows, index = layer.part_rows(part)
         copy_shard(dst_b.narrow(0, offset, rows), b, 0, index, rows)
+
+    def fuses(self, x: torch.Tensor) -> bool:
+        """Whether `gemv` takes x: one 16-bit row on the kernel path and a 16-bit weight (decode
+        at batch 1, where the step is a chain of launches and each one saved counts)."""
+        return (x.dim() == 2 and x.shape[0] == 1 and x.dtype != torch.float32
+                and self.layer.weight_scale is None and kernel_path.use_triton(x))
+
+    def gemv(self, x: torch.Tensor, bias: torch.Tensor | None, gated: bool = False,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer's product for x (`fuses(x)`) with the row's adapter update: the shrink, then
+        one launch for the product and the expand (`lora_gemv`). `gated`: x is [gate | up] and
+        the input silu(gate) * up. A batch of the base model only takes the plain GEMV."""
+        batch = get_context().batch
+        groups = batch.lora if batch is not None else None
+        w = self.layer.weight
+        if groups is not None:
+            return lora_gemv(x, w, bias, self.a, self.b, groups, self.bounds, gated, out)
+        y = silu_mul_gemv(x, w, bias) if gated else skinny_gemm(x, w, bias)
+        return y if out is None else out.copy_(y)
 
     def add_to(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the layer's output for x) plus each adapter token's update, in place; a batch of
