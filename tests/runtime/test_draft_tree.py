@@ -1,0 +1,105 @@
+"""A tree of drafts: candidates merged into a trie, the kept path walked greedily (the target's
+argmax at each node) or by sampling (each child a point mass tried against the residual: the
+token taken at every position is distributed as the target's own p, checked by a seeded
+chi-square with biased walks as negative controls), and each node's page-table row."""
+from __future__ import annotations
+
+import torch
+
+from radixserve.speculative.tree import DraftTree, Walk, node_slots, walk_greedy, walk_sampled
+from tests.runtime.test_speculative import ALPHA, _chi2_pvalue
+
+
+def test_candidates_sharing_a_start_share_its_nodes() -> None:
+    tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9, 6], [5, 6, 2]], most=8)
+    assert tree.tokens == [5, 6, 7, 8, 9, 6, 2]
+    assert tree.parents == [-1, 0, 1, 0, -1, 4, 1]
+    assert tree.depths() == [1, 2, 3, 2, 1, 2, 3]
+    assert tree.children(-1) == [0, 4] and tree.children(1) == [2, 6]
+    assert tree.path(6) == [0, 1, 6]
+    # the nodes run out: later candidates are cut where they would need more
+    small = DraftTree.from_paths([[5, 6, 7], [5, 8, 1], [9]], most=4)
+    assert small.tokens == [5, 6, 7, 8] and small.parents == [-1, 0, 1, 0]
+    assert DraftTree.chain([3, 4, 5]) == DraftTree([3, 4, 5], [-1, 0, 1])
+
+
+def test_the_greedy_walk_follows_the_argmax() -> None:
+    tree = DraftTree.from_paths([[5, 6, 7], [5, 8], [9, 6]], most=8)
+    # nodes: 0:5  1:6(0)  2:7(1)  3:8(0)  4:9  5:6(4); best[0] at the root, best[1 + i] at node i
+    assert walk_greedy(tree, [9, 0, 0, 0, 0, 6, 3]) == Walk([4, 5], [9, 6, 3])
+    assert walk_greedy(tree, [5, 8, 0, 0, 4, 0, 0]) == Walk([0, 3], [5, 8, 4])
+    assert walk_greedy(tree, [5, 6, 7, 1, 0, 0, 0]) == Walk([0, 1, 2], [5, 6, 7, 1])
+    assert walk_greedy(tree, [2, 0, 0, 0, 0, 0, 0]) == Walk([], [2])  # no child holds it
+    # a chain walks as the chain verifier keeps: drafts up to the first miss, then the target's
+    chain = DraftTree.chain([4, 4, 1])
+    assert walk_greedy(chain, [4, 4, 2, 0]) == Walk([0, 1], [4, 4, 2])
+
+
+def test_each_node_reads_its_own_path() -> None:
+    tree = DraftTree.from_paths([[5, 6], [5, 8], [9]], most=8)
+    rows = node_slots([100, 101, 102], tree, own=[200, 201, 202, 203])
+    assert rows == [[100, 101, 102, 200], [100, 101, 102, 200, 201],
+                    [100, 101, 102, 200, 202], [100, 101, 102, 203]]
+
+
+def _first_tokens(walk, n: int = 3000) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Over `n` walks of a tree whose root has three children (the root's three likeliest
+    tokens, one of which has a child of its own), the counts of the first token taken, of the
+    second where that child's parent was kept, and the target's p at both places."""
+    g = torch.Generator().manual_seed(11)
+    p_root = torch.softmax(torch.tensor([2.0, 1.5, 0.5, 0.0, -1.0, 0.3]), -1)
+    p_node = torch.softmax(torch.tensor([0.1, 1.9, 1.8, -0.5, 0.0, 1.0]), -1)
+    tree = DraftTree.from_paths([[0, 1], [1], [2]], most=8)  # nodes 0:0 1:1(0) 2:1 3:2
+    probs = torch.stack([p_root, p_node, p_root, p_root, p_root])
+    first, second = torch.zeros(6), torch.zeros(6)
+    for _ in range(n):
+        w = walk(tree, probs, g)
+        first[w.tokens[0]] += 1
+        if w.nodes[:1] == [0]:  # node 0 kept: the second token is drawn at it
+            second[w.tokens[1]] += 1
+    return first, second, p_root, p_node
+
+
+def test_sampled_walks_keep_the_targets_distribution() -> None:
+    first, second, p_root, p_node = _first_tokens(walk_sampled)
+    assert _chi2_pvalue(first, p_root * first.sum()) > ALPHA
+    assert _chi2_pvalue(second, p_node * second.sum()) > ALPHA
+
+
+def test_biased_walks_fail_the_same_check() -> None:
+    """Negative controls: trying each child against p itself (no residual), or drawing the
+    target's token from p after the children failed (not from what they left), skews the first
+    token."""
+
+    def against_p(tree, probs, g):
+        at, nodes = -1, []
+        while True:
+            p = probs[at + 1]
+            kept = next((c for c in tree.children(at)
+                         if float(torch.rand((), generator=g)) < float(p[tree.tokens[c]])), None)
+            if kept is None:
+                return Walk(nodes, [tree.tokens[n] for n in nodes]
+                            + [int(torch.multinomial(p, 1, generator=g)[0])])
+            nodes.append(kept)
+            at = kept
+
+    def draws_from_p(tree, probs, g):
+        at, nodes = -1, []
+        while True:
+            r = probs[at + 1].double().clone()
+            kept = None
+            for c in tree.children(at):
+                if float(torch.rand((), generator=g, dtype=torch.float64)) < float(
+                        r[tree.tokens[c]]) / float(r.sum()):
+                    kept = c
+                    break
+                r[tree.tokens[c]] = 0.0
+            if kept is None:
+                return Walk(nodes, [tree.tokens[n] for n in nodes]
+                            + [int(torch.multinomial(probs[at + 1], 1, generator=g)[0])])
+            nodes.append(kept)
+            at = kept
+
+    for biased in (against_p, draws_from_p):
+        first, _, p_root, _ = _first_tokens(biased)
+        assert _chi2_pvalue(first, p_root * first.sum()) < ALPHA, biased.__name__
