@@ -271,6 +271,10 @@ class SchedulerConfig:
     speculative_ngram_max_match_window_size: int = option(
         8, "--speculative-ngram-max-match-window-size", parse=int, check=within(1, 64),
         help="ngram: the longest suffix looked up (the longest match found drafts)")
+    speculative_ngram_max_bfs_breadth: int = option(
+        1, "--speculative-ngram-max-bfs-breadth", parse=int, check=within(1, 8),
+        help="ngram: up to this many matches' continuations a step, verified together as a tree "
+             "of at most --speculative-num-draft-tokens tokens (SGLang's flag; needs --page-size 1)")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -279,6 +283,9 @@ class SchedulerConfig:
                              "--speculative-ngram-max-match-window-size, got "
                              f"{self.speculative_ngram_min_match_window_size} > "
                              f"{self.speculative_ngram_max_match_window_size}")
+        if self.speculative_ngram_max_bfs_breadth > 1 and self.speculative_algorithm != "ngram":
+            raise ValueError("speculative_ngram_max_bfs_breadth > 1 drafts a tree of n-gram "
+                             "matches: it needs --speculative-algorithm ngram")
         if ((self.speculative_algorithm in ("draft", "eagle3"))
                 != (self.speculative_draft_model_path is not None)):
             raise ValueError("speculative_draft_model_path is needed by --speculative-algorithm "

@@ -103,3 +103,104 @@ def test_biased_walks_fail_the_same_check() -> None:
     for biased in (against_p, draws_from_p):
         first, _, p_root, _ = _first_tokens(biased)
         assert _chi2_pvalue(first, p_root * first.sum()) < ALPHA, biased.__name__
+
+
+def test_trees_keep_the_greedy_tokens_and_every_slot(tiny_ckpts, monkeypatch) -> None:
+    """Trees whose first candidate goes wrong (at the first token, or past a shared first one)
+    and whose second holds plain decoding's tokens: the walk takes the second, every node a
+    decode row reading its own path, so the output is plain decoding's, no slot or row leaked
+    (the integrity check after every step), the tree's kept KV read by the steps after."""
+    from radixserve import SamplingParams
+    from radixserve.speculative import ngram
+    from tests.runtime.test_speculative import _prompts, _scheduler, _tokens
+
+    path = tiny_ckpts["qwen3"]
+    prompts = _prompts(300)
+    sp = SamplingParams(max_tokens=24, ignore_eos=True)
+
+    def run(s) -> dict[int, list[int]]:
+        for uid, p in enumerate(prompts):
+            s.add_request(uid, p, sp)
+        out: dict[int, list] = {}
+        while s.has_work:
+            for o in s.step():
+                out.setdefault(o.uid, []).append(o)
+            s.check_integrity()
+        return _tokens(out)
+
+    plain = run(_scheduler(path))
+    by_prompt = {tuple(p): plain[uid] for uid, p in enumerate(prompts)}
+    shapes, expect = [], []
+
+    def paths(self, reqs, lengths, breadth):
+        """Two candidates within k nodes: a wrong one first, then plain decoding's tokens."""
+        out = []
+        for r, k in zip(reqs, lengths):
+            done = len(r.output_ids)
+            right = by_prompt[tuple(r.input_ids)][done: done + (2 if k >= 4 else 1)]
+            if not right:
+                out.append([])
+                continue
+            wrong = [(t + 1) % 300 for t in right]
+            if k == 1:  # no room for two: the right token alone
+                first = right
+            elif len(shapes) % 2 or len(right) < 2:  # wrong from the first token on
+                first = wrong[: k - len(right)]
+            else:  # the right first token, then a wrong one (3 nodes)
+                first = right[:1] + wrong[1:]
+            shapes.append(first[0] == right[0] and first != right)
+            expect.append(len(right))  # what the walk keeps: the whole right candidate
+            out.append([first, right])
+        return out
+
+    monkeypatch.setattr(ngram.NgramDrafter, "propose_paths", paths)
+    s = _scheduler(path, speculative_algorithm="ngram", speculative_ngram_max_bfs_breadth=2)
+    assert run(s) == plain
+    # both shapes drafted (wrong from the first token; right first token, then wrong), and
+    # every right candidate kept whole: no tree fell back to its first candidate
+    assert True in shapes and False in shapes
+    assert s.stats()["spec_accepted_tokens"] == sum(expect) > 0
+    assert s.table.num_free == s.table.max_reqs - 1  # every scratch row back (and the requests')
+
+
+def test_sampled_requests_walk_their_trees_and_leak_nothing(tiny_ckpts, monkeypatch) -> None:
+    """Sampled requests draft trees too (each node tried against the residual); whatever each
+    walk keeps, every slot and scratch row comes back (the integrity check after each step) and
+    every request gets its max_tokens."""
+    from radixserve import SamplingParams
+    from radixserve.scheduler import verify_step
+    from tests.runtime.test_speculative import _scheduler
+
+    walks = []
+    commit = verify_step.commit
+    monkeypatch.setattr(verify_step, "commit",
+                        lambda s, req, step, walk, last: walks.append(walk)
+                        or commit(s, req, step, walk, last))
+    s = _scheduler(tiny_ckpts["qwen3"], speculative_algorithm="ngram",
+                   speculative_ngram_max_bfs_breadth=3, speculative_ngram_min_match_window_size=1)
+    g = torch.Generator().manual_seed(5)
+    for uid in range(4):  # a few token ids: each recurs with several continuations
+        s.add_request(uid, torch.randint(1, 6, (30,), generator=g).tolist(),
+                      SamplingParams(temperature=0.8, top_k=3, max_tokens=24, ignore_eos=True,
+                                     seed=uid))
+    got: dict[int, int] = {}
+    while s.has_work:
+        for o in s.step():
+            got[o.uid] = got.get(o.uid, 0) + 1
+        s.check_integrity()
+    assert got == {uid: 24 for uid in range(4)}
+    assert walks and any(w.nodes for w in walks)  # trees walked, some nodes kept
+
+
+def test_a_tree_needs_ngram_and_pages_of_one_token(tiny_ckpts) -> None:
+    import pytest
+
+    from radixserve.config import SchedulerConfig
+    from tests.runtime.test_speculative import _scheduler
+
+    with pytest.raises(ValueError, match="needs --speculative-algorithm ngram"):
+        SchedulerConfig(speculative_algorithm="draft", speculative_draft_model_path="x",
+                        speculative_ngram_max_bfs_breadth=2)
+    with pytest.raises(ValueError, match="needs --page-size 1, got 4"):
+        _scheduler(tiny_ckpts["qwen3"], page_size=4, speculative_algorithm="ngram",
+                   speculative_ngram_max_bfs_breadth=2)

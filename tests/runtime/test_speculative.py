@@ -357,7 +357,7 @@ def test_no_request_drafts_while_more_decode_than_the_limit(tiny_ckpts, limit) -
     plain = _tokens(_run(_scheduler(path), prompts, params))
     s = _scheduler(path, speculative_disable_by_batch_size=limit, **_spec("draft", path))
     planned, plan = [], s.spec.plan
-    s.spec.plan = lambda reqs: planned.append((len(reqs), bool(d := plan(reqs)))) or d
+    s.spec.plan = lambda reqs: planned.append((len(reqs), bool((d := plan(reqs))[0]))) or d
     assert _tokens(_run(s, prompts, params)) == plain
     drafting = [n for n, drafted in planned if drafted]
     assert drafting, planned

@@ -86,7 +86,8 @@ class Engine:
     def __init__(self, cfg: EngineConfig, max_running_requests: int,
                  max_prefill_length: int | None = None, source: ModelSource | None = None,
                  host_tier: HostTierSize | None = None,
-                 companion: Companion = NO_COMPANION, verify_tokens: int = 0) -> None:
+                 companion: Companion = NO_COMPANION, verify_tokens: int = 0,
+                 scratch_rows: int = 0) -> None:
         """`max_prefill_length`: the scheduler's largest prefill batch, in tokens (what the
         prefill graphs cover unless `cfg.prefill_graph_max_tokens` says otherwise); None: the
         device's default (`SchedulerConfig.prefill_length`). `source`: `cfg.model` resolved
@@ -96,6 +97,8 @@ class Engine:
         pool of as many tokens this one's sizing leaves room for. `verify_tokens` (speculative
         decoding): the most tokens a verification step carries for one request (its last and
         its drafts), which the decode graphs cover as rows of their own (`verifies_as_decode`).
+        `scratch_rows`: table rows beyond the requests' (a tree of drafts' nodes, each a decode
+        row of its own path: `scheduler/verify_tree.py`).
         """
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -165,7 +168,8 @@ class Engine:
                                         pinned=self.device.type == "cuda")
         # one spare row, so a CUDA-graph padding request never aliases a live one
         self.table = TableManager(
-            max_running_requests + 1, _round_up(self.max_seq_len, cfg.page_size), self.device
+            max_running_requests + 1 + scratch_rows, _round_up(self.max_seq_len, cfg.page_size),
+            self.device
         )
         self.padding_row = self.table.alloc_row()
         self.table.page_table[self.padding_row].fill_(self.kv_pool.dummy_slot)

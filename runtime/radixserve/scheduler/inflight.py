@@ -13,6 +13,7 @@ from radixserve.utils.tensor import pinned_copy
 if TYPE_CHECKING:
     from radixserve.scheduler.embed import Embeddings
     from radixserve.scheduler.prompt_logprobs import PromptLogprobs
+    from radixserve.scheduler.verify_tree import TreeStep
     from radixserve.speculative.verify import Verified
 
 
@@ -26,6 +27,7 @@ class ForwardPass(NamedTuple):
     prompt_lp: PromptLogprobs | None = None  # of the requests that asked for them
     embeds: Embeddings | None = None  # of the embedding requests whose prompt ends here
     drafts: dict[Req, list[int]] | None = None  # a verification step: each request's drafts
+    trees: dict[Req, TreeStep] | None = None  # those of its drafts that branch (node by node)
 
     @property
     def constrained(self) -> bool:

@@ -67,7 +67,7 @@ from radixserve.lora.source import AdapterError
 from radixserve.models.generation import eos_token_ids
 from radixserve.models.source import ModelSource
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler import embed, prompt_logprobs
+from radixserve.scheduler import embed, prompt_logprobs, verify_tree
 from radixserve.scheduler.admission import AdmissionError, Limits, check_request
 from radixserve.scheduler.cache_manager import CacheManager
 from radixserve.scheduler.host_tier import HostTier
@@ -82,6 +82,7 @@ from radixserve.scheduler.verify_step import (
     verify_rows,
     write_drafts,
 )
+from radixserve.scheduler.verify_tree import TreeStep, tree_scratch_rows
 from radixserve.speculative.factory import create_speculator
 from radixserve.speculative.factory import plan as speculative_plan
 from radixserve.utils.tensor import to_device
@@ -104,9 +105,14 @@ class Scheduler:
             engine = spec.engine  # (what the drafter needs of the target: eagle3, no CUDA graphs)
         host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
                 if sched.enable_hierarchical_cache else None)
+        trees = spec is not None and sched.speculative_ngram_max_bfs_breadth > 1
+        if trees and engine.page_size != 1:
+            raise ValueError("speculative_ngram_max_bfs_breadth > 1 verifies a tree of drafts, a "
+                             f"KV slot a node: it needs --page-size 1, got {engine.page_size}")
         self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,
                              spec.companion if spec else NO_COMPANION,
-                             1 + sched.speculative_num_draft_tokens if spec else 0)
+                             1 + sched.speculative_num_draft_tokens if spec else 0,
+                             tree_scratch_rows(sched) if trees else 0)
         self.device = self.engine.device
         self.table = self.engine.table
         tier = (HostTier(self.engine.kv_pool, self.engine.host_pool, self.device)
@@ -427,9 +433,16 @@ class Scheduler:
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         embed_reqs, embed_rows = embed.plan(prefill)
         drafts: dict[Req, list[int]] = {}
+        trees: dict[Req, TreeStep] = {}  # drafts that branch: a node a decode row
         if self.spec is not None and lp_plan is None and not embed_reqs:
             self._grow_draft_kv(decode_rows)
-            drafts = self.spec.plan(decode_rows)
+            drafts, planned = self.spec.plan(decode_rows)
+            for r, tree in planned.items():
+                step = verify_tree.stage(self, r, tree) if decode else None
+                if step is None:  # no rows or slots for it: its first candidate, a chain
+                    drafts[r] = tree.first_path()
+                else:
+                    trees[r] = step
         items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
@@ -437,12 +450,18 @@ class Scheduler:
         # token and its drafts (`scheduler/verify_step.py`)
         verify = bool(drafts) and decode and self.engine.verifies_as_decode(
             sum(n for _, n in items))
+        if trees and not verify:  # the extend form verifies chains: each tree's first candidate
+            for r, step in trees.items():
+                verify_tree.release(self, step)
+                drafts[r] = step.tree.first_path()
+            trees = {}
+            items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if drafts:  # verified after the request's last token: the next positions of its row
-            write_drafts(self.table.token_pool, drafts)
+            write_drafts(self.table.token_pool, {r: d for r, d in drafts.items() if r not in trees})
             decode = verify
         if decode_rows and self.estimate is not None:
             self.estimate.decode_step()
-        rows = token_rows(items) if verify else items
+        rows = token_rows(items, trees) if verify else items
         batch = self.engine.stage_decode([r.row for r, _ in rows], [r.kv_len for r, _ in rows],
                                          verify) if decode else None
         if batch is None:
@@ -459,7 +478,8 @@ class Scheduler:
         batch.kv_ready = self.cache.before_launch()
         assert batch.kv_ready is None or not decode, "a decode batch reads no loaded pages"
         if verify:  # (a row a token: the logits of every verified position, in order)
-            fwd = ForwardPass(items, emits, batch, self.engine.forward(batch), drafts=drafts)
+            fwd = ForwardPass(items, emits, batch, self.engine.forward(batch), drafts=drafts,
+                              trees=trees)
         elif drafts:  # logits at every verified position, one row at every other item's last
             fwd = ForwardPass(items, emits, batch, self.engine.forward_rows(
                 batch, to_device(verify_rows(items, drafts), self.device)), drafts=drafts)

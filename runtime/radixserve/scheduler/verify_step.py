@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from radixserve.core.request import Req
+from radixserve.engine.sampler import filter_logits, scale
 from radixserve.scheduler.inflight import ForwardPass, InFlight
+from radixserve.scheduler.verify_tree import TreeStep, commit
+from radixserve.speculative.tree import walk_greedy, walk_sampled
 from radixserve.speculative.verify import Verified, plain_greedy, verify
 from radixserve.utils.tensor import to_device
 
@@ -47,10 +50,21 @@ class TokenAt(NamedTuple):
     kv_len: int
 
 
-def token_rows(items: list[tuple[Req, int]]) -> list[tuple[TokenAt, int]]:
+def token_rows(items: list[tuple[Req, int]],
+               trees: dict[Req, TreeStep] | None = None) -> list[tuple[TokenAt, int]]:
     """A verification step's items (each request and its token count) as decode rows, a token
-    each, in order: the logits come in `verify_rows`' order, every row being needed."""
-    return [(TokenAt(r.row, r.kv_len + j), 1) for r, n in items for j in range(n)]
+    each, in order: the logits come in `verify_rows`' order, every row being needed. A tree's
+    nodes each read their own path through a scratch row (`verify_tree.py`)."""
+    out = []
+    for r, n in items:
+        step = trees.get(r) if trees else None
+        if step is None:
+            out += [(TokenAt(r.row, r.kv_len + j), 1) for j in range(n)]
+        else:
+            out.append((TokenAt(r.row, r.kv_len), 1))
+            out += [(TokenAt(row, r.kv_len + d), 1)
+                    for row, d in zip(step.rows, step.tree.depths())]
+    return out
 
 
 def verify_rows(items: list[tuple[Req, int]], drafts: dict[Req, list[int]]) -> list[int]:
@@ -108,11 +122,16 @@ def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
         for i in greedy:
             n = len(drafts[items[i][0]]) + 1
             best[i], flat = flat[:n], flat[n:]
+    trees = fwd.trees or {}
     for i in verifying:
         req = items[i][0]
         d = drafts[req]
-        run = verify(logits[first[i]: first[i] + len(d) + 1], d, req, sched.sampler.eos_ids,
-                     sched.sampler.generator, best.get(i))
+        if req in trees:
+            run = _walk_tree(sched, req, trees[req], logits[first[i]: first[i] + len(d) + 1],
+                             best.get(i))
+        else:
+            run = verify(logits[first[i]: first[i] + len(d) + 1], d, req, sched.sampler.eos_ids,
+                         sched.sampler.generator, best.get(i))
         runs[i] = run
         kept = max(0, len(run.tokens) - 1)
         sched.spec.record(req, len(d), kept)
@@ -125,3 +144,21 @@ def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
         sched.table.token_pool[rows, cols] = to_device([runs[i].tokens[-1] for i in live],
                                                        sched.device)
     return InFlight(items, emits, None, None, fwd.prompt_lp, fwd.embeds, runs)
+
+
+def _walk_tree(sched: Scheduler, req: Req, step: TreeStep, logits: torch.Tensor,
+               best: list[int] | None) -> Verified:
+    """The kept path of a request's tree (`Speculator.takes_tree`: greedy, or a draw from its
+    plain distribution at each node), committed to its rows."""
+    p = req.params
+    if p.is_greedy:
+        walk = walk_greedy(step.tree, best if best is not None else logits.argmax(-1).tolist())
+    else:
+        rows = logits.float()
+        probs = torch.stack([torch.softmax(filter_logits(scale(rows[j], p.temperature), p.top_k,
+                                                         p.top_p, p.min_p), -1)
+                             for j in range(rows.shape[0])])
+        walk = walk_sampled(step.tree, probs, req.generator or sched.sampler.generator)
+    # (the step added the request's last token and every node to its KV length)
+    commit(sched, req, step, walk, req.kv_len - 1 - len(step.tree.tokens))
+    return Verified(walk.tokens)

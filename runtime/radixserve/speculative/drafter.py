@@ -41,6 +41,13 @@ class BaseDrafter(ABC):
         output): fewer, or none, where the drafter has no guess. Greedy and deterministic: the
         same request state gives the same drafts on every rank."""
 
+    def propose_paths(self, reqs: list[Req], lengths: list[int],
+                      breadth: int) -> list[list[list[int]]]:
+        """Up to `breadth` candidate continuations of request i, best first, each of at most
+        `lengths[i]` tokens (a tree of drafts: `speculative/tree.py`). By default the one of
+        `propose`."""
+        return [[d] if d else [] for d in self.propose(reqs, lengths)]
+
     def release(self, req: Req) -> None:
         """The request is done: forget what is kept for it (a draft model's KV)."""
 

@@ -36,19 +36,31 @@ class _Index:
             self.indexed += 1
 
     def lookup(self, k: int) -> list[int]:
+        found = self.lookup_many(k, 1)
+        return found[0] if found else []
+
+    def lookup_many(self, k: int, breadth: int) -> list[list[int]]:
+        """The continuations (up to k tokens) of up to `breadth` occurrences with distinct
+        continuations, the longest match first, the latest among equals."""
         t, lo = self.tokens, self.lo
         if len(t) <= lo:
             return []
-        best, best_len = -1, 0
+        matches = []  # (match length, start), latest first
         for start in reversed(self.starts.get(tuple(t[-lo:]), [])[-CANDIDATES:]):
             n = lo  # the match ends at start + lo; extend it backwards, up to hi
             while n < self.hi and start - (n - lo) > 0 and t[start - (n - lo) - 1] == t[-n - 1]:
                 n += 1
-            if n > best_len:
-                best, best_len = start, n
-                if n == self.hi:
+            matches.append((n, start))
+            if breadth == 1 and n == self.hi:
+                break
+        out: list[list[int]] = []
+        for _, start in sorted(matches, key=lambda m: -m[0]):  # (stable: latest first)
+            cont = t[start + lo: start + lo + k]
+            if cont and cont not in out:
+                out.append(cont)
+                if len(out) == breadth:
                     break
-        return t[best + lo: best + lo + k] if best >= 0 else []
+        return out
 
 
 @DRAFTERS.register("ngram")
@@ -71,6 +83,17 @@ class NgramDrafter(BaseDrafter):
                 index = self._index[req.uid] = _Index(self.min_match, self.max_match)
             index.extend(req.all_ids[len(index.tokens):])
             out.append(index.lookup(k) if k > 0 else [])
+        return out
+
+    def propose_paths(self, reqs: list[Req], lengths: list[int],
+                      breadth: int) -> list[list[list[int]]]:
+        out = []
+        for req, k in zip(reqs, lengths):
+            index = self._index.get(req.uid)
+            if index is None:
+                index = self._index[req.uid] = _Index(self.min_match, self.max_match)
+            index.extend(req.all_ids[len(index.tokens):])
+            out.append(index.lookup_many(k, breadth) if k > 0 else [])
         return out
 
     def release(self, req: Req) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from radixserve.speculative.adaptive import DraftLengths, FixedDraftLengths
+from radixserve.speculative.tree import DraftTree
 
 if TYPE_CHECKING:
     from radixserve.core.request import Req
@@ -20,9 +21,11 @@ if TYPE_CHECKING:
 
 class Speculator:
     def __init__(self, drafter: BaseDrafter, most: int, max_batch: int | None = None,
-                 adaptive: bool = True) -> None:
-        """`adaptive` False: every request drafts `most` tokens a step (`FixedDraftLengths`)."""
-        self.drafter = drafter
+                 adaptive: bool = True, breadth: int = 1) -> None:
+        """`adaptive` False: every request drafts `most` tokens a step (`FixedDraftLengths`).
+        `breadth` > 1: up to that many candidates a request, verified as a tree of at most
+        `most` nodes (`speculative/tree.py`)."""
+        self.drafter, self.breadth = drafter, breadth
         self.lengths = DraftLengths(most) if adaptive else FixedDraftLengths(most)
         self.max_batch = max_batch
         self.drafted = self.accepted = self.verify_steps = 0  # totals, for the metrics
@@ -45,8 +48,16 @@ class Speculator:
     def _too_many(self, decoding: list[Req]) -> bool:
         return self.max_batch is not None and len(decoding) > self.max_batch
 
-    def plan(self, reqs: list[Req]) -> dict[Req, list[int]]:
-        """The drafts of the requests that draft this step (none drafted: absent)."""
+    @staticmethod
+    def takes_tree(req: Req) -> bool:
+        """Whether the request's drafts may branch: its token at each node is the argmax or a
+        draw from its plain distribution (a walk of the tree, `speculative/tree.py`)."""
+        return (not req.params.adjusts_logits and req.params.logprobs is None
+                and req.lora is None)  # (a scratch row carries no adapter slot)
+
+    def plan(self, reqs: list[Req]) -> tuple[dict[Req, list[int]], dict[Req, DraftTree]]:
+        """The drafts of the requests that draft this step (none drafted: absent), and the
+        trees among them (their drafts: the tree's tokens, node by node)."""
         # no more drafts than the KV slots it holds past its next token (optimistic admission
         # grows them where pages are free: `Scheduler._grow_draft_kv`)
         lengths = [] if self._too_many(reqs) else [
@@ -54,9 +65,22 @@ class Speculator:
             for r in reqs]
         self.lengths.tick()
         if not any(lengths):
-            return {}
-        proposals = self.drafter.propose(reqs, lengths)
-        return {r: d[:n] for r, d, n in zip(reqs, proposals, lengths) if n and d}
+            return {}, {}
+        if self.breadth == 1:
+            proposals = self.drafter.propose(reqs, lengths)
+            return {r: d[:n] for r, d, n in zip(reqs, proposals, lengths) if n and d}, {}
+        drafts: dict[Req, list[int]] = {}
+        trees: dict[Req, DraftTree] = {}
+        for r, paths, n in zip(reqs, self.drafter.propose_paths(reqs, lengths, self.breadth),
+                               lengths):
+            if not (n and paths):
+                continue
+            tree = DraftTree.from_paths([p[:n] for p in paths], n)
+            if tree.is_chain or not self.takes_tree(r):
+                drafts[r] = paths[0][:n]
+            else:
+                drafts[r], trees[r] = tree.tokens, tree
+        return drafts, trees
 
     def record(self, req: Req, drafted: int, kept: int) -> None:
         self.lengths.observe(req.uid, drafted, kept)

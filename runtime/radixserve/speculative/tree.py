@@ -45,6 +45,18 @@ class DraftTree(NamedTuple):
     def chain(cls, drafts: list[int]) -> DraftTree:
         return cls(list(drafts), list(range(-1, len(drafts) - 1)))
 
+    @property
+    def is_chain(self) -> bool:
+        return self.parents == list(range(-1, len(self.tokens) - 1))
+
+    def first_path(self) -> list[int]:
+        """The tokens of the first candidate (the chain a tree falls back to)."""
+        out, at = [], -1
+        while (kids := self.children(at)):
+            at = kids[0]
+            out.append(self.tokens[at])
+        return out
+
     def depths(self) -> list[int]:
         """Each node's depth (a child of the root: 1)."""
         out: list[int] = []
