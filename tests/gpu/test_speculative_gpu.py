@@ -102,3 +102,23 @@ def test_eagle3_greedy_tokens_on_cuda_equal_plain_decoding(tmp_path, page_size: 
     got, stats = tokens(speculative_algorithm="eagle3", speculative_draft_model_path=str(head))
     assert got == plain
     assert stats["spec_verify_steps"] > 0 and stats["spec_draft_tokens"] > 0, stats
+
+
+def test_ngram_trees_on_cuda_equal_plain_decoding(tiny_ckpts, monkeypatch) -> None:
+    """Trees of n-gram matches (page size 1): each node a decode row through its scratch row,
+    replayed by the decode graphs; greedy tokens equal plain decoding's, the books balance."""
+    from radixserve.scheduler import verify_tree
+
+    staged = []
+    stage = verify_tree.stage
+    monkeypatch.setattr(verify_tree, "stage",
+                        lambda s, r, t: (step := stage(s, r, t)) and staged.append(step) or step)
+    path = tiny_ckpts["qwen3"]
+    plain, _, _ = _run(path, 1)
+    got, stats, replays = _run(path, 1, speculative_algorithm="ngram",
+                               speculative_ngram_max_bfs_breadth=3,
+                               speculative_ngram_min_match_window_size=1)
+    assert got == plain
+    assert any(not st.tree.is_chain for st in staged), len(staged)
+    assert replays and {kind for kind, _ in replays} == {"decode"}, replays
+    assert stats["spec_accepted_tokens"] > 0, stats
