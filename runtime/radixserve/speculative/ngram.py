@@ -75,26 +75,21 @@ class NgramDrafter(BaseDrafter):
         return cls(cfg.speculative_ngram_min_match_window_size,
                    cfg.speculative_ngram_max_match_window_size)
 
+    def _indexed(self, req: Req) -> _Index:
+        """The request's index, caught up on its tokens."""
+        index = self._index.get(req.uid)
+        if index is None:
+            index = self._index[req.uid] = _Index(self.min_match, self.max_match)
+        index.extend(req.all_ids[len(index.tokens):])
+        return index
+
     def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
-        out = []
-        for req, k in zip(reqs, lengths):
-            index = self._index.get(req.uid)
-            if index is None:
-                index = self._index[req.uid] = _Index(self.min_match, self.max_match)
-            index.extend(req.all_ids[len(index.tokens):])
-            out.append(index.lookup(k) if k > 0 else [])
-        return out
+        return [self._indexed(req).lookup(k) if k > 0 else [] for req, k in zip(reqs, lengths)]
 
     def propose_paths(self, reqs: list[Req], lengths: list[int],
                       breadth: int) -> list[list[list[int]]]:
-        out = []
-        for req, k in zip(reqs, lengths):
-            index = self._index.get(req.uid)
-            if index is None:
-                index = self._index[req.uid] = _Index(self.min_match, self.max_match)
-            index.extend(req.all_ids[len(index.tokens):])
-            out.append(index.lookup_many(k, breadth) if k > 0 else [])
-        return out
+        return [self._indexed(req).lookup_many(k, breadth) if k > 0 else []
+                for req, k in zip(reqs, lengths)]
 
     def release(self, req: Req) -> None:
         self._index.pop(req.uid, None)
