@@ -283,7 +283,8 @@ class SchedulerConfig:
                              "--speculative-ngram-max-match-window-size, got "
                              f"{self.speculative_ngram_min_match_window_size} > "
                              f"{self.speculative_ngram_max_match_window_size}")
-        if self.speculative_ngram_max_bfs_breadth > 1 and self.speculative_algorithm != "ngram":
+        if self.speculative_ngram_max_bfs_breadth > 1 and self.speculative_algorithm in (
+                "draft", "eagle3"):
             raise ValueError("speculative_ngram_max_bfs_breadth > 1 drafts a tree of n-gram "
                              "matches: it needs --speculative-algorithm ngram")
         if ((self.speculative_algorithm in ("draft", "eagle3"))

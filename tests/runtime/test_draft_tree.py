@@ -201,6 +201,7 @@ def test_a_tree_needs_ngram_and_pages_of_one_token(tiny_ckpts) -> None:
     with pytest.raises(ValueError, match="needs --speculative-algorithm ngram"):
         SchedulerConfig(speculative_algorithm="draft", speculative_draft_model_path="x",
                         speculative_ngram_max_bfs_breadth=2)
+    SchedulerConfig(speculative_ngram_max_bfs_breadth=2)  # (no speculation: nothing to refuse)
     with pytest.raises(ValueError, match="needs --page-size 1, got 4"):
         _scheduler(tiny_ckpts["qwen3"], page_size=4, speculative_algorithm="ngram",
                    speculative_ngram_max_bfs_breadth=2)
