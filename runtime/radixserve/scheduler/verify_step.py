@@ -134,7 +134,9 @@ def sample_verified(sched: Scheduler, fwd: ForwardPass) -> InFlight:
                          sched.sampler.generator, best.get(i))
         runs[i] = run
         kept = max(0, len(run.tokens) - 1)
-        sched.spec.record(req, len(d), kept)
+        # (a tree counts as drafting its depth, the most it could keep: the adaptive length
+        # and the acceptance metrics compare like with a chain's)
+        sched.spec.record(req, max(trees[req].tree.depths()) if req in trees else len(d), kept)
         req.kv_len -= len(d) - kept  # the rejected drafts' KV is not the request's
     live = [i for i in emits if runs[i].tokens and not runs[i].invalid]
     if live:  # each request's last token: the next step's input, at its KV length

@@ -75,7 +75,9 @@ class Speculator:
                                lengths):
             if not (n and paths):
                 continue
-            tree = DraftTree.from_paths([p[:n] for p in paths], n)
+            # as many nodes as the request drafts, and room for each candidate's first token
+            # (where its drafts keep failing it drafts one token: the alternatives still count)
+            tree = DraftTree.from_paths([p[:n] for p in paths], max(n, self.breadth))
             if tree.is_chain or not self.takes_tree(r):
                 drafts[r] = paths[0][:n]
             else:
