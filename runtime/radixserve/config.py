@@ -274,7 +274,8 @@ class SchedulerConfig:
     speculative_ngram_max_bfs_breadth: int = option(
         1, "--speculative-ngram-max-bfs-breadth", parse=int, check=within(1, 8),
         help="ngram: up to this many matches' continuations a step, verified together as a tree "
-             "of at most --speculative-num-draft-tokens tokens (SGLang's flag; needs --page-size 1)")
+             "(their shared first tokens once; as many tokens as the request drafts, at least one "
+             "a candidate; SGLang's flag; needs --page-size 1)")
 
     def __post_init__(self) -> None:
         check_options(self)
