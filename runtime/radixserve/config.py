@@ -248,13 +248,24 @@ class SchedulerConfig:
              "the same distribution). ngram: looked up in the request's own prompt and output; "
              "draft: a smaller model sharing the target's tokenizer (--speculative-draft-model-path); "
              "eagle3: an EAGLE-3 draft head (--speculative-draft-model-path) fed the target's "
-             "hidden states, drafting a chain (top-1); on a GPU the target then runs without CUDA "
+             "hidden states; each a chain, or a tree with --speculative-eagle-topk; on a GPU the target then runs without CUDA "
              "graphs, and the host KV tier is refused")
     speculative_num_draft_tokens: int = option(
         4, "--speculative-num-draft-tokens", parse=int, check=within(1, 16),
-        help="the most tokens drafted for a request in one step (fewer, or none, where its "
-             "drafts keep being rejected); SGLang's flag of this name also counts the verified "
+        help="the most tokens drafted for a request in one step, a tree's nodes (fewer, or none, "
+             "where its drafts keep being rejected); SGLang's flag of this name also counts the verified "
              "last token, so its N drafts N − 1")
+    speculative_num_steps: int | None = option(
+        None, "--speculative-num-steps", parse=int, check=within(1, 16), default_text="none",
+        help="draft, eagle3 and ngram trees: the deepest a drafted path goes (a draft model's "
+             "steps a round); default --speculative-num-draft-tokens, which a chain's must equal "
+             "(with --speculative-eagle-topk 1 and no n-gram breadth)")
+    speculative_eagle_topk: int = option(
+        1, "--speculative-eagle-topk", parse=int, check=within(1, 8),
+        help="draft and eagle3: each draft step's k likeliest tokens; the chain follows the "
+             "first, the others branch off it (one token each, likeliest paths first) and all "
+             "are verified together as a tree of at most --speculative-num-draft-tokens nodes "
+             "(SGLang's flag, whose branches grow further; needs --page-size 1)")
     speculative_draft_model_path: str | None = option(
         None, "--speculative-draft-model-path", default_text="none",
         help="the draft model of --speculative-algorithm draft (a Hugging Face directory or hub id "
@@ -274,8 +285,8 @@ class SchedulerConfig:
     speculative_ngram_max_bfs_breadth: int = option(
         1, "--speculative-ngram-max-bfs-breadth", parse=int, check=within(1, 8),
         help="ngram: up to this many matches' continuations a step, verified together as a tree "
-             "(their shared first tokens once; as many tokens as the request drafts, at least one "
-             "a candidate; SGLang's flag; needs --page-size 1)")
+             "(their shared first tokens once; at most --speculative-num-draft-tokens nodes; "
+             "SGLang's flag; needs --page-size 1)")
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -287,7 +298,24 @@ class SchedulerConfig:
         if self.speculative_ngram_max_bfs_breadth > 1 and self.speculative_algorithm in (
                 "draft", "eagle3"):
             raise ValueError("speculative_ngram_max_bfs_breadth > 1 drafts a tree of n-gram "
-                             "matches: it needs --speculative-algorithm ngram")
+                             "matches: it needs --speculative-algorithm ngram (draft and eagle3 "
+                             "branch by --speculative-eagle-topk)")
+        if self.speculative_eagle_topk > 1 and self.speculative_algorithm == "ngram":
+            raise ValueError("speculative_eagle_topk > 1 branches a draft model's or an EAGLE-3 "
+                             "head's steps: n-gram trees take --speculative-ngram-max-bfs-breadth")
+        steps = self.speculative_num_steps
+        if steps is not None and self.speculates:
+            if steps > self.speculative_num_draft_tokens:
+                raise ValueError(f"speculative_num_steps ({steps}) must be at most "
+                                 "--speculative-num-draft-tokens "
+                                 f"({self.speculative_num_draft_tokens}): a path of the tree is "
+                                 "at most all of its nodes")
+            if self.speculative_breadth == 1 and steps != self.speculative_num_draft_tokens:
+                raise ValueError(f"speculative_num_steps ({steps}): a chain of drafts (no "
+                                 "--speculative-eagle-topk or n-gram breadth above 1) drafts "
+                                 "--speculative-num-draft-tokens "
+                                 f"({self.speculative_num_draft_tokens}) steps deep; leave it "
+                                 "out or make them equal")
         if ((self.speculative_algorithm in ("draft", "eagle3"))
                 != (self.speculative_draft_model_path is not None)):
             raise ValueError("speculative_draft_model_path is needed by --speculative-algorithm "
@@ -306,6 +334,16 @@ class SchedulerConfig:
     @property
     def speculates(self) -> bool:
         return self.speculative_algorithm != "none"
+
+    @property
+    def speculative_breadth(self) -> int:
+        """The most candidates a drafting request's tree branches into (1: a chain)."""
+        return max(self.speculative_eagle_topk, self.speculative_ngram_max_bfs_breadth)
+
+    @property
+    def speculative_depth(self) -> int:
+        """The most drafts on one path (the chain's length)."""
+        return self.speculative_num_steps or self.speculative_num_draft_tokens
 
     def prefill_length(self, device_type: str) -> int:
         """Tokens per prefill batch on a `device_type` device: `max_prefill_length` when given,

@@ -122,3 +122,19 @@ def test_ngram_trees_on_cuda_equal_plain_decoding(tiny_ckpts, monkeypatch) -> No
     assert any(not st.tree.is_chain for st in staged), len(staged)
     assert replays and {kind for kind, _ in replays} == {"decode"}, replays
     assert stats["spec_accepted_tokens"] > 0, stats
+
+
+def test_draft_model_branches_on_cuda_equal_plain_decoding(tiny_ckpts, tmp_path) -> None:
+    """--speculative-eagle-topk: a nudged copy of the target drafts a chain and its next likeliest
+    tokens as branches, verified as one tree through the decode graphs: greedy tokens equal plain
+    decoding's, some drafts kept, the books balance."""
+    from tests.runtime.test_draft_branches import BRANCHED, nudged_copy
+
+    path = tiny_ckpts["qwen3"]
+    plain, _, _ = _run(path, 1)
+    got, stats, replays = _run(path, 1, speculative_algorithm="draft",
+                               speculative_draft_model_path=str(nudged_copy(path, tmp_path / "d")),
+                               **BRANCHED)
+    assert got == plain
+    assert replays and {kind for kind, _ in replays} == {"decode"}, replays
+    assert stats["spec_accepted_tokens"] > 0, stats

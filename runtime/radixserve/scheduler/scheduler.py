@@ -105,10 +105,11 @@ class Scheduler:
             engine = spec.engine  # (what the drafter needs of the target: eagle3, no CUDA graphs)
         host = (HostTierSize(sched.hicache_ratio, sched.hicache_size)
                 if sched.enable_hierarchical_cache else None)
-        trees = spec is not None and sched.speculative_ngram_max_bfs_breadth > 1
+        trees = spec is not None and sched.speculative_breadth > 1
         if trees and engine.page_size != 1:
-            raise ValueError("speculative_ngram_max_bfs_breadth > 1 verifies a tree of drafts, a "
-                             f"KV slot a node: it needs --page-size 1, got {engine.page_size}")
+            raise ValueError("speculative_eagle_topk or speculative_ngram_max_bfs_breadth > 1 "
+                             "verifies a tree of drafts, a KV slot a node: it needs --page-size "
+                             f"1, got {engine.page_size}")
         self.engine = Engine(engine, sched.max_running_requests, self.prefill_length, source, host,
                              spec.companion if spec else NO_COMPANION,
                              1 + sched.speculative_num_draft_tokens if spec else 0,

@@ -4,7 +4,8 @@ machinery's ceiling), run by this engine beside the target with a KV pool of its
 For each drafting request it keeps a row of that pool and the tokens whose KV the row holds. A
 round of drafting first catches every request up: one extend of the tokens it has not seen (a new
 request's whole prompt; afterwards the target's token and the drafts it kept), whose last logits
-give the first draft; then greedy decode steps give the others. A row's KV is valid as far as the
+give the first draft; then greedy decode steps give the others (with --speculative-eagle-topk k,
+each step's k likeliest tokens: the others branch off the chain, `tree.branch_paths`). A row's KV is valid as far as the
 tokens it was fed agree with the request's own, so after a verification it is cut back to the
 kept drafts by comparison, with no word from the verifier. A request the pool cannot hold (its
 prompt and `max_tokens` reserved at its first draft) is not drafted for."""
@@ -22,6 +23,7 @@ from radixserve.engine.engine import Companion, Engine
 from radixserve.kvcache.allocator import PageAllocator
 from radixserve.models.source import ModelSource
 from radixserve.speculative.drafter import DRAFTERS, BaseDrafter, free_row
+from radixserve.speculative.tree import Step, branch_paths, top_tokens
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
@@ -109,9 +111,19 @@ class DraftModelDrafter(BaseDrafter):
         self.table.page_table[rec.row, :need] = rec.slots.to(self.table.page_table.dtype)
         return rec
 
-    @torch.inference_mode()
     def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in reqs]
+        return [[s[0][0] for s in steps] for steps in self._draft(reqs, lengths, 1)]
+
+    def propose_paths(self, reqs: list[Req], lengths: list[int],
+                      breadth: int) -> list[list[list[int]]]:
+        """The chain and, at each of its steps, the draft's next likeliest tokens as branches
+        (`--speculative-eagle-topk`)."""
+        return [branch_paths(s) if s else [] for s in self._draft(reqs, lengths, breadth)]
+
+    @torch.inference_mode()
+    def _draft(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
+        """Each request's greedy chain, a step a draft: the `k` likeliest tokens of each."""
+        out: list[list[Step]] = [[] for _ in reqs]
         todo = [(i, r, rec) for i, r in enumerate(reqs)
                 if lengths[i] > 0 and (rec := self._row(r)) is not None]
         if not todo:
@@ -130,7 +142,7 @@ class DraftModelDrafter(BaseDrafter):
         logits = self.engine.forward(build_batch(items, self.table, dev, decode=False))
         for (rec, _), new in zip(items, news):
             rec.fed += new
-        drafts = [[t] for t in logits.argmax(-1).tolist()]
+        drafts = [[step] for step in top_tokens(logits, k)]
         live = [j for j, (i, _, _) in enumerate(todo) if lengths[i] > 1]
         for step in range(1, max(lengths[i] for i, _, _ in todo)):
             live = [j for j in live if lengths[todo[j][0]] > step]
@@ -139,13 +151,13 @@ class DraftModelDrafter(BaseDrafter):
             recs = [todo[j][2] for j in live]
             rows = to_device([rec.row for rec in recs], dev)
             cols = to_device([rec.kv_len for rec in recs], dev)
-            pool[rows, cols] = to_device([drafts[j][-1] for j in live], dev)
+            pool[rows, cols] = to_device([drafts[j][-1][0][0] for j in live], dev)
             batch = self.engine.stage_decode([rec.row for rec in recs], [rec.kv_len for rec in recs])
             if batch is None:
                 batch = build_batch([(rec, 1) for rec in recs], self.table, dev, decode=True)
-            for j, tok in zip(live, self.engine.forward(batch).argmax(-1).tolist()):
-                todo[j][2].fed.append(drafts[j][-1])
-                drafts[j].append(tok)
+            for j, top in zip(live, top_tokens(self.engine.forward(batch), k)):
+                todo[j][2].fed.append(drafts[j][-1][0][0])
+                drafts[j].append(top)
         for j, (i, _, _) in enumerate(todo):
             out[i] = drafts[j]
         return out

@@ -12,7 +12,8 @@ whose KV came from the target's hidden states: those stay valid (the tokens and 
 they read are committed). A round of drafting catches each request up on the positions the
 target computed since (one extend; its last position's logits give the first draft), then feeds
 the head its own output hidden state and its last draft for each further draft (greedy decode
-steps, a chain: one candidate a position). Those steps' KV is written over by the next round's
+steps, a chain; with --speculative-eagle-topk k each step's k likeliest tokens, the others
+branching off the chain: `tree.branch_paths`). Those steps' KV is written over by the next round's
 catch-up. Drafts are scored over the draft vocabulary and mapped to target ids by `d2t`.
 
 NOTE: the target runs without CUDA graphs (its capture is eager), and at tensor parallel size 1
@@ -46,6 +47,7 @@ from radixserve.speculative.eagle3_head import (
     aux_layers,
     checkpoint_shapes,
 )
+from radixserve.speculative.tree import Step, branch_paths, top_tokens
 from radixserve.utils.tensor import lazy_zeros, to_device
 
 if TYPE_CHECKING:
@@ -177,8 +179,10 @@ class Eagle3Drafter(BaseDrafter):
         self.table.page_table[rec.row, :need] = rec.slots.to(self.table.page_table.dtype)
         return rec
 
-    def _forward(self, batch: Batch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(each row's draft, as a target id; the head's output hidden states [T, H])."""
+    def _forward(self, batch: Batch, hidden: torch.Tensor,
+                 k: int) -> tuple[list[Step], torch.Tensor]:
+        """(each row's `k` likeliest drafts, as target ids; the head's output hidden states
+        [T, H])."""
         embeds = self.embed(batch.input_ids)
         self.attn.prepare(batch)
         with forward_batch(batch, self.attn):
@@ -186,12 +190,21 @@ class Eagle3Drafter(BaseDrafter):
         if not batch.is_decode:  # (an extend: the last position of each request drafts)
             last = torch.cumsum(batch.extend_lens, 0) - 1
             normed, out = normed[last], out[last]
-        ids = self.head.lm_head(normed).argmax(-1)
-        return (ids if self.to_target is None else self.to_target[ids]), out
+        return top_tokens(self.head.lm_head(normed), k, self.to_target), out
+
+    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
+        return [[s[0][0] for s in steps] for steps in self._draft(reqs, lengths, 1)]
+
+    def propose_paths(self, reqs: list[Req], lengths: list[int],
+                      breadth: int) -> list[list[list[int]]]:
+        """The chain and, at each of its steps, the head's next likeliest tokens as branches
+        (`--speculative-eagle-topk`)."""
+        return [branch_paths(s) if s else [] for s in self._draft(reqs, lengths, breadth)]
 
     @torch.inference_mode()
-    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in reqs]
+    def _draft(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
+        """Each request's greedy chain, a step a draft: the `k` likeliest tokens of each."""
+        out: list[list[Step]] = [[] for _ in reqs]
         todo = []
         for i, r in enumerate(reqs):
             # the positions whose hidden states the target has computed: those before its last token
@@ -212,10 +225,10 @@ class Eagle3Drafter(BaseDrafter):
         where = to_device([rows, cols], dev)
         slots = self.target.table.page_table[where[0], where[1]].long()
         hidden = self.head.fc(self.store[slots].flatten(1))
-        ids, hidden = self._forward(build_batch(items, self.table, dev, decode=False), hidden)
+        tops, hidden = self._forward(build_batch(items, self.table, dev, decode=False), hidden, k)
         for _, _, rec, end in todo:
             rec.fed = rec.kv_len = end
-        drafts = [[t] for t in ids.tolist()]
+        drafts = [[top] for top in tops]
         live = list(range(len(todo)))
         for step in range(1, max(lengths[i] for i, _, _, _ in todo)):
             live = [j for j in live if lengths[todo[j][0]] > step]
@@ -223,15 +236,15 @@ class Eagle3Drafter(BaseDrafter):
                 break
             recs = [todo[j][2] for j in live]
             at = to_device([[rec.row for rec in recs], [rec.kv_len for rec in recs],
-                            [drafts[j][-1] for j in live]], dev)
+                            [drafts[j][-1][0][0] for j in live]], dev)
             pool[at[0], at[1]] = at[2]
             sel = to_device(live, dev)
-            ids, new = self._forward(build_batch([(rec, 1) for rec in recs], self.table, dev,
-                                                 decode=True), hidden[sel])
+            tops, new = self._forward(build_batch([(rec, 1) for rec in recs], self.table, dev,
+                                                  decode=True), hidden[sel], k)
             hidden[sel] = new
-            for j, rec, tok in zip(live, recs, ids.tolist()):
+            for j, rec, top in zip(live, recs, tops):
                 rec.kv_len += 1
-                drafts[j].append(tok)
+                drafts[j].append(top)
         for j, (i, _, _, _) in enumerate(todo):
             out[i] = drafts[j]
         return out

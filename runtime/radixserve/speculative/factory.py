@@ -34,6 +34,6 @@ def plan(engine_cfg: EngineConfig, cfg: SchedulerConfig) -> SpeculativePlan:
 def create_speculator(p: SpeculativePlan, engine_cfg: EngineConfig, cfg: SchedulerConfig,
                       target: Engine) -> Speculator:
     return Speculator(p.drafter.create(engine_cfg, cfg, target, p.context),
-                      cfg.speculative_num_draft_tokens, cfg.speculative_disable_by_batch_size,
-                      breadth=cfg.speculative_ngram_max_bfs_breadth)
+                      cfg.speculative_depth, cfg.speculative_disable_by_batch_size,
+                      breadth=cfg.speculative_breadth, nodes=cfg.speculative_num_draft_tokens)
 

@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 class Speculator:
     def __init__(self, drafter: BaseDrafter, most: int, max_batch: int | None = None,
-                 adaptive: bool = True, breadth: int = 1) -> None:
-        """`adaptive` False: every request drafts `most` tokens a step (`FixedDraftLengths`).
-        `breadth` > 1: up to that many candidates a request, verified as a tree of at most
-        `most` nodes (`speculative/tree.py`)."""
-        self.drafter, self.breadth = drafter, breadth
+                 adaptive: bool = True, breadth: int = 1, nodes: int | None = None) -> None:
+        """`most`: the most drafts on a path. `adaptive` False: every request drafts `most`
+        tokens a step (`FixedDraftLengths`). `breadth` > 1: up to that many candidates a
+        request, verified as a tree of at most `nodes` nodes (default `most`;
+        `speculative/tree.py`)."""
+        self.drafter, self.breadth, self.nodes = drafter, breadth, nodes or most
         self.lengths = DraftLengths(most) if adaptive else FixedDraftLengths(most)
         self.max_batch = max_batch
         self.drafted = self.accepted = self.verify_steps = 0  # totals, for the metrics
@@ -75,9 +76,9 @@ class Speculator:
                                lengths):
             if not (n and paths):
                 continue
-            # as many nodes as the request drafts, and room for each candidate's first token
-            # (where its drafts keep failing it drafts one token: the alternatives still count)
-            tree = DraftTree.from_paths([p[:n] for p in paths], max(n, self.breadth))
+            # room for every candidate a path as deep as the request drafts (where its drafts
+            # keep failing it drafts one token: each candidate's first still counts)
+            tree = DraftTree.from_paths([p[:n] for p in paths], min(self.nodes, n * self.breadth))
             if tree.is_chain or not self.takes_tree(r):
                 drafts[r] = paths[0][:n]
             else:

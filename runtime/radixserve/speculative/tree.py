@@ -77,6 +77,37 @@ class DraftTree(NamedTuple):
         return out[::-1]
 
 
+Step = list[tuple[int, float]]  # a draft step's likeliest tokens and their log-probabilities
+
+
+def top_tokens(logits: torch.Tensor, k: int,
+               to_target: torch.Tensor | None = None) -> list[Step]:
+    """Each row's `k` likeliest tokens, first the argmax (`to_target`: the drafter's ids mapped
+    to the target's). At k = 1 no probability is computed (a chain needs none)."""
+    if k == 1:
+        ids = logits.argmax(-1, keepdim=True)
+        lps = torch.zeros(ids.shape)
+    else:
+        lps, ids = torch.log_softmax(logits.float(), -1).topk(k, -1)
+    if to_target is not None:
+        ids = to_target[ids]
+    return [list(zip(i, lp)) for i, lp in zip(ids.tolist(), lps.tolist())]
+
+
+def branch_paths(steps: list[Step]) -> list[list[int]]:
+    """The candidates of a chain drafted step by step (`steps[d]`: the likeliest tokens at depth
+    d + 1, the chain's first): the chain, then each other token as a branch off the chain's
+    tokens before it, likeliest first (the draft's probability of the whole path)."""
+    chain = [s[0][0] for s in steps]
+    branches: list[tuple[float, list[int]]] = []
+    prefix = 0.0
+    for d, step in enumerate(steps):
+        branches += [(prefix + lp, chain[:d] + [t]) for t, lp in step[1:]]
+        prefix += step[0][1]
+    branches.sort(key=lambda b: -b[0])  # (stable: ties keep the shallower first)
+    return [chain] + [path for _, path in branches]
+
+
 class Walk(NamedTuple):
     nodes: list[int]  # the kept nodes, root's child first
     tokens: list[int]  # their tokens, then the target's own
