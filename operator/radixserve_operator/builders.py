@@ -180,9 +180,12 @@ def speculative_args(spec: ServiceSpec) -> list[str]:
     args = ["--speculative-algorithm", s.algorithm]
     for flag, value in (
         ("--speculative-num-draft-tokens", s.num_draft_tokens),
+        ("--speculative-num-steps", s.num_steps),
+        ("--speculative-eagle-topk", s.eagle_topk),
         ("--speculative-draft-model-path", draft),
         ("--speculative-ngram-min-match-window-size", s.min_match_window),
         ("--speculative-ngram-max-match-window-size", s.max_match_window),
+        ("--speculative-ngram-max-bfs-breadth", s.max_bfs_breadth),
         ("--speculative-disable-by-batch-size", s.disable_by_batch_size),
     ):
         if value is not None:

@@ -16,7 +16,7 @@ from radixserve_operator import (
     SINGULAR,
     VERSION,
 )
-from radixserve_operator.rules import NGRAM_WINDOW_DEFAULTS, ROOT, validations
+from radixserve_operator.rules import DRAFT_TOKENS_DEFAULT, NGRAM_WINDOW_DEFAULTS, ROOT, validations
 
 # Kubernetes' quantity grammar with bounded digits and exponent and no sign: parsing one is cheap
 # (`quantity.py`) and a negative size or a 10^1000000 never reaches the operator.
@@ -49,10 +49,13 @@ ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 MAX_ADAPTERS = 64
 MAX_LORA_RANK = 256  # the runtime's --max-lora-rank bound
-# Speculative decoding: the runtime's bounds of --speculative-num-draft-tokens and of the ngram
-# match windows (a test keeps them, and rules.NGRAM_WINDOW_DEFAULTS, equal to radixserve.config's)
+# Speculative decoding: the runtime's bounds of --speculative-num-draft-tokens (and of
+# --speculative-num-steps, a path of at most that many), of the ngram match windows and of a tree's
+# breadth (a test keeps them, and rules.NGRAM_WINDOW_DEFAULTS and DRAFT_TOKENS_DEFAULT, equal to
+# radixserve.config's)
 MAX_DRAFT_TOKENS = 16
 MAX_NGRAM_WINDOW = 64
+MAX_TREE_BREADTH = 8
 SPECULATIVE_ALGORITHMS = ["ngram", "draft", "eagle3"]
 # A source a pod fetches or mounts beside the model (a LoRA adapter, a draft model): never a flag,
 # no control characters; its forms (hub id, pvc://, absolute path) are a rule's (rules.py)
@@ -274,7 +277,11 @@ def _runtime() -> dict[str, Any]:
                 description="KV-cache storage (--kv-cache-dtype); fp8_e4m3 holds twice the "
                 "tokens (GPUs of compute capability 8.9 or newer). auto: the model dtype.",
             ),
-            "pageSize": _int(enum=PAGE_SIZES),
+            "pageSize": _int(
+                enum=PAGE_SIZES,
+                description="KV page size in tokens (--page-size; runtime default 1, which a "
+                "speculative tree needs).",
+            ),
             "contextLength": _int(
                 2,
                 MAX_TOKENS,
@@ -615,7 +622,20 @@ def _speculative() -> dict[str, Any]:
             ),
             "numDraftTokens": _int(
                 1, MAX_DRAFT_TOKENS, description="The most tokens drafted for a request in one "
-                "step (--speculative-num-draft-tokens; runtime default 4)."
+                "step, a tree's nodes (--speculative-num-draft-tokens; runtime default "
+                f"{DRAFT_TOKENS_DEFAULT})."
+            ),
+            "numSteps": _int(
+                1, MAX_DRAFT_TOKENS, description="The deepest a drafted path goes, a draft "
+                "model's steps a round (--speculative-num-steps; runtime default numDraftTokens): "
+                "at most numDraftTokens, and equal to it for a chain (eagleTopk and "
+                "ngram.maxBfsBreadth absent or 1)."
+            ),
+            "eagleTopk": _int(
+                1, MAX_TREE_BREADTH, description="algorithms draft and eagle3: each draft step's "
+                "k likeliest tokens, verified together as a tree of at most numDraftTokens nodes "
+                "(--speculative-eagle-topk; runtime default 1, a chain); above 1 needs "
+                "runtime.pageSize 1, the runtime's default."
             ),
             "disableByBatchSize": _int(
                 1, MAX_RUNNING_REQUESTS, description="No request drafts while more than this "
@@ -653,9 +673,16 @@ def _speculative() -> dict[str, Any]:
                         f"({window}; --speculative-ngram-max-match-window-size; runtime default "
                         f"{NGRAM_WINDOW_DEFAULTS[1]})."
                     ),
+                    "maxBfsBreadth": _int(
+                        1, MAX_TREE_BREADTH, description="Up to this many matches' continuations "
+                        "a step, verified together as a tree of at most numDraftTokens nodes "
+                        f"(1-{MAX_TREE_BREADTH}; --speculative-ngram-max-bfs-breadth; runtime "
+                        "default 1, a chain); above 1 needs runtime.pageSize 1, the runtime's "
+                        "default."
+                    ),
                 },
                 description="algorithm ngram only: the match windows, min <= max (a bound left "
-                "out is the runtime's default).",
+                "out is the runtime's default), and the tree's breadth.",
                 **validations("speculative.ngram"),
             ),
         },

@@ -70,6 +70,13 @@ STATEFULSET_NAME_MAX = NAME_MAX - 11
 _RESOURCES = "self.template.spec.container.resources"
 # The runtime's ngram match windows (min, max) where spec.speculative.ngram leaves one out
 NGRAM_WINDOW_DEFAULTS = (2, 8)
+# The runtime's --speculative-num-draft-tokens where spec.speculative leaves numDraftTokens out
+DRAFT_TOKENS_DEFAULT = 4
+_DRAFT_TOKENS = f"(has(self.numDraftTokens) ? self.numDraftTokens : {DRAFT_TOKENS_DEFAULT})"
+# A tree of drafts (at `self`, spec.speculative): a breadth above 1 (the runtime's
+# speculative_breadth); else the drafts are a chain
+_TREE = ("((has({s}.eagleTopk) && {s}.eagleTopk > 1) || (has({s}.ngram) && "
+         "has({s}.ngram.maxBfsBreadth) && {s}.ngram.maxBfsBreadth > 1))")
 _PVC = "^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
 _HUB_ID = "^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$"
 
@@ -165,6 +172,35 @@ RULES: tuple[Rule, ...] = (
         f"(has(self.maxMatchWindow) ? self.maxMatchWindow : {NGRAM_WINDOW_DEFAULTS[1]})",
         "minMatchWindow must not exceed maxMatchWindow (a bound left out is the runtime's: "
         f"min {NGRAM_WINDOW_DEFAULTS[0]}, max {NGRAM_WINDOW_DEFAULTS[1]})",
+    ),
+    Rule(
+        "speculative",
+        "self.algorithm != 'ngram' || !has(self.eagleTopk) || self.eagleTopk == 1",
+        "eagleTopk above 1 branches a draft model's or an EAGLE-3 head's steps: it needs "
+        "algorithm draft or eagle3 (ngram trees take ngram.maxBfsBreadth)",
+        ".eagleTopk",
+    ),
+    Rule(
+        "speculative",
+        f"!has(self.numSteps) || self.numSteps <= {_DRAFT_TOKENS}",
+        "numSteps must not exceed numDraftTokens, a path of the tree being at most all its nodes "
+        f"(numDraftTokens left out is the runtime's {DRAFT_TOKENS_DEFAULT})",
+        ".numSteps",
+    ),
+    Rule(
+        "speculative",
+        f"!has(self.numSteps) || self.numSteps == {_DRAFT_TOKENS} || {_TREE.format(s='self')}",
+        "numSteps of a chain (eagleTopk and ngram.maxBfsBreadth absent or 1) is numDraftTokens "
+        f"(left out, the runtime's {DRAFT_TOKENS_DEFAULT}): leave it out or make them equal",
+        ".numSteps",
+    ),
+    Rule(
+        "",
+        "!has(self.speculative) || !has(self.runtime.pageSize) || self.runtime.pageSize == 1 || "
+        f"!{_TREE.format(s='self.speculative')}",
+        "a speculative tree (eagleTopk or ngram.maxBfsBreadth above 1) takes a KV slot a drafted "
+        "node: it needs pageSize 1 (the runtime's default: leave it out)",
+        ".runtime.pageSize",
     ),
     Rule(
         "",

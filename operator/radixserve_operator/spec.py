@@ -32,8 +32,11 @@ API_KEY_ENV = "RADIXSERVE_API_KEY"
 OWNED_FLAGS = ("--model", "--tp", "--tp-size", "--host", "--port", "--device", "--help",
                "--version", "--lora-paths", "--enable-lora", "--max-loras-per-batch",
                "--max-lora-rank", "--speculative-algorithm", "--speculative-num-draft-tokens",
+               "--speculative-num-steps", "--speculative-eagle-topk",
                "--speculative-draft-model-path", "--speculative-ngram-min-match-window-size",
-               "--speculative-ngram-max-match-window-size")  # fmt: skip
+               "--speculative-ngram-max-match-window-size",
+               "--speculative-ngram-max-bfs-breadth",
+               "--speculative-disable-by-batch-size")  # fmt: skip
 # The spec field that sets an owned flag, where it is not the model, TP size or service port
 _OWNED_BY = (("--speculative-", "spec.speculative"), ("--lora-", "spec.lora"),
              ("--enable-lora", "spec.lora"), ("--max-lora", "spec.lora"))  # fmt: skip
@@ -284,6 +287,9 @@ class SpeculativeSpec:
     min_match_window: int | None = None  # algorithm ngram
     max_match_window: int | None = None
     disable_by_batch_size: int | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None  # algorithms draft and eagle3
+    max_bfs_breadth: int | None = None  # algorithm ngram
 
 
 @dataclass(frozen=True)
@@ -597,6 +603,9 @@ def _speculative(raw: dict[str, Any] | None) -> SpeculativeSpec | None:
         ngram.get("minMatchWindow"),
         ngram.get("maxMatchWindow"),
         raw.get("disableByBatchSize"),
+        raw.get("numSteps"),
+        raw.get("eagleTopk"),
+        ngram.get("maxBfsBreadth"),
     )
 
 

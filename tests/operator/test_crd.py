@@ -235,7 +235,7 @@ def test_crd_file_carries_the_rules_table_each_at_its_path() -> None:
     in_file = [(path if path == rules.ROOT else path.lstrip("."), v) for path, _, v in _file_rules()]
     in_table = [(r.path, r.validation()) for r in RULES]
     assert sorted(in_file, key=repr) == sorted(in_table, key=repr)
-    assert len(RULES) == 30 and len({r.rule for r in RULES}) == len(RULES)
+    assert len(RULES) == 34 and len({r.rule for r in RULES}) == len(RULES)
 
 
 def test_every_rule_has_a_sample_that_breaks_it() -> None:
@@ -293,6 +293,18 @@ NEAR_MISSES = [
      "speculative": {"algorithm": "draft", "draftModel": {"source": "pvc://drafts/qwen3-0.6b"}}},
     {"speculative": {"algorithm": "draft", "draftModel": {"source": "/opt/draft"}}},
     {"speculative": {"algorithm": "draft", "draftModel": {"source": "Qwen/Qwen3-0.6B"}}},
+    # trees: numSteps below numDraftTokens (left out: the runtime's 4), page size 1 said or not
+    {"speculative": {"algorithm": "eagle3", "eagleTopk": 4, "numSteps": 2,
+                     "draftModel": {"source": "/opt/eagle3"}}},
+    {"runtime": {"pageSize": 1},
+     "speculative": {"algorithm": "ngram", "numDraftTokens": 16, "numSteps": 16,
+                     "ngram": {"maxBfsBreadth": 8}}},
+    # chains: numSteps equal to numDraftTokens, eagleTopk 1 beside ngram, any page size
+    {"runtime": {"pageSize": 16},
+     "speculative": {"algorithm": "ngram", "numSteps": 4, "eagleTopk": 1,
+                     "ngram": {"maxBfsBreadth": 1}}},
+    {"speculative": {"algorithm": "draft", "numDraftTokens": 6, "numSteps": 6, "eagleTopk": 1,
+                     "draftModel": {"source": "/opt/draft"}}},
 ]  # fmt: skip
 
 

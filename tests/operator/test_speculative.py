@@ -7,15 +7,22 @@ the CRD, or against its rules, are refused with the field named, in a status and
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import Any
 
 import kopf
 import pytest
 
-from radixserve_operator import handlers
-from radixserve_operator.crd import MAX_DRAFT_TOKENS, MAX_NGRAM_WINDOW, SPECULATIVE_ALGORITHMS
+from radixserve_operator import handlers, rules
+from radixserve_operator.builders import server_args
+from radixserve_operator.crd import (
+    MAX_DRAFT_TOKENS,
+    MAX_NGRAM_WINDOW,
+    MAX_TREE_BREADTH,
+    SPECULATIVE_ALGORITHMS,
+)
 from radixserve_operator.reconcile import plan
-from radixserve_operator.rules import NGRAM_WINDOW_DEFAULTS
+from radixserve_operator.rules import DRAFT_TOKENS_DEFAULT, NGRAM_WINDOW_DEFAULTS
 from radixserve_operator.spec import SpecError, parse_spec
 
 
@@ -36,14 +43,18 @@ def _speculative_args(args: list[str]) -> list[str]:
     return args[flags[0]:] if flags else []
 
 
-def _runtime_config(args: list[str]) -> Any:
-    """The scheduler config the runtime would run with: its own parser, then its own checks."""
+def _server_config(args: list[str]) -> Any:
+    """The config the runtime would run with: its own parser, then its own checks."""
     from radixserve.cli import serve as serve_cli
     from radixserve.cli.preflight import server_config
 
     parser = argparse.ArgumentParser(prog="radixserve", exit_on_error=False)
     serve_cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    return server_config(parser.parse_args(args)).scheduler
+    return server_config(parser.parse_args(args))
+
+
+def _runtime_config(args: list[str]) -> Any:
+    return _server_config(args).scheduler
 
 
 def test_ngram_reaches_the_server_as_the_runtime_reads_it(make_body, fetch, validate_k8s) -> None:
@@ -71,6 +82,125 @@ def test_ngram_alone_leaves_the_runtimes_defaults(make_body, fetch) -> None:
     cfg = _runtime_config(args)
     assert (cfg.speculative_ngram_min_match_window_size,
             cfg.speculative_ngram_max_match_window_size) == NGRAM_WINDOW_DEFAULTS
+
+
+def test_an_eagle_tree_reaches_the_server_as_the_runtime_reads_it(make_body, fetch,
+                                                                  validate_k8s) -> None:
+    spec = {"speculative": {"algorithm": "eagle3", "numDraftTokens": 8, "numSteps": 3,
+                            "eagleTopk": 4, "draftModel": {"source": "/opt/eagle3"}}}
+    args = _args(_pod(make_body, fetch, spec, validate_k8s))
+    assert _speculative_args(args) == [
+        "--speculative-algorithm", "eagle3", "--speculative-num-draft-tokens", "8",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+        "--speculative-draft-model-path", "/opt/eagle3"]
+    cfg = _server_config(args)
+    sched = cfg.scheduler
+    assert (sched.speculative_num_draft_tokens, sched.speculative_num_steps,
+            sched.speculative_eagle_topk) == (8, 3, 4)
+    assert (sched.speculative_breadth, sched.speculative_depth) == (4, 3)  # a tree, 3 deep
+    assert "--page-size" not in args and cfg.engine.page_size == 1  # the runtime's, which it needs
+
+
+def test_an_ngram_tree_reaches_the_server_as_the_runtime_reads_it(make_body, fetch) -> None:
+    spec = {"runtime": {"pageSize": 1},
+            "speculative": {"algorithm": "ngram", "numDraftTokens": 6,
+                            "ngram": {"maxMatchWindow": 5, "maxBfsBreadth": 3}}}
+    args = _args(_pod(make_body, fetch, spec))
+    assert _speculative_args(args) == [
+        "--speculative-algorithm", "ngram", "--speculative-num-draft-tokens", "6",
+        "--speculative-ngram-max-match-window-size", "5",
+        "--speculative-ngram-max-bfs-breadth", "3"]
+    cfg = _server_config(args)
+    assert (cfg.scheduler.speculative_ngram_max_bfs_breadth, cfg.scheduler.speculative_breadth) == (3, 3)
+    assert cfg.scheduler.speculative_num_steps is None  # left out: the runtime's own default
+    assert cfg.engine.page_size == 1
+
+
+def test_a_chain_may_name_its_steps(make_body, fetch) -> None:
+    """numSteps equal to numDraftTokens (or to the runtime's default of it, left out) is a chain."""
+    for speculative, steps in (({"algorithm": "ngram", "numDraftTokens": 5, "numSteps": 5}, 5),
+                               ({"algorithm": "ngram", "numSteps": DRAFT_TOKENS_DEFAULT},
+                                DRAFT_TOKENS_DEFAULT)):
+        args = _args(_pod(make_body, fetch, {"speculative": speculative}))
+        assert args[args.index("--speculative-num-steps") + 1] == str(steps)
+        sched = _runtime_config(args)
+        assert (sched.speculative_num_steps, sched.speculative_breadth) == (steps, 1)
+
+
+_EAGLE = {"algorithm": "eagle3", "draftModel": {"source": "/opt/eagle3"}}
+
+
+@pytest.mark.parametrize("tree, chain", [
+    (_EAGLE | {"eagleTopk": 2}, _EAGLE | {"eagleTopk": 1}),
+    ({"algorithm": "ngram", "ngram": {"maxBfsBreadth": 2}},
+     {"algorithm": "ngram", "ngram": {"maxBfsBreadth": 1}}),
+], ids=["eagle-topk", "ngram-breadth"])
+def test_a_tree_refuses_a_page_size_the_runtime_would_refuse(make_body, fetch, tree, chain) -> None:
+    with pytest.raises(SpecError, match=r"^spec.runtime.pageSize: a speculative tree .* needs "
+                                        r"pageSize 1"):
+        parse_spec(make_body({"runtime": {"pageSize": 16}, "speculative": tree}))
+    # a chain takes any page size
+    args = _args(_pod(make_body, fetch, {"runtime": {"pageSize": 16}, "speculative": chain}))
+    assert _server_config(args).engine.page_size == 16
+
+
+def _runtime_refuses(args: list[str]) -> str | None:
+    """Why the runtime would not start with `args`: its parser and config's checks, and the
+    scheduler's own check of a tree's page size (which runs only beside a loaded model)."""
+    from radixserve.cli.preflight import UsageError
+
+    try:
+        cfg = _server_config(args)
+    except UsageError as e:
+        return str(e)
+    if cfg.scheduler.speculative_breadth > 1 and cfg.engine.page_size != 1:
+        return "a tree needs page size 1"
+    return None
+
+
+def test_the_crd_refuses_the_trees_and_steps_the_runtime_refuses(make_body, monkeypatch) -> None:
+    """Every combination of the fields that bear on a tree: what the CRD's rules (the operator's
+    parser evaluates the same table) accept, the runtime starts with, and what they refuse it
+    would not start with, but for the ngram object beside draft, which the CRD refuses whole."""
+    # the rules that read spec.speculative: the others judge nothing here, and cost time
+    speculative_rules = tuple(r for r in rules.RULES if "speculative" in r.path + r.rule)
+    assert len(speculative_rules) >= 4
+    mismatched, verdicts = [], set()
+    drafts = (None, 3, 6)
+    steps = (None, 3, 4, 6, 7)  # below, at and above the runtime's 4 and the 3 and 6 given
+    breadths = (None, 1, 2)
+    for algorithm, n, k, topk, bfs, page in itertools.product(
+            ("ngram", "draft"), drafts, steps, breadths, breadths, (None, 16)):
+        speculative: dict[str, Any] = {"algorithm": algorithm}
+        if algorithm == "draft":
+            speculative["draftModel"] = {"source": "/opt/draft"}
+        for key, value in (("numDraftTokens", n), ("numSteps", k), ("eagleTopk", topk)):
+            if value is not None:
+                speculative[key] = value
+        if bfs is not None:
+            speculative["ngram"] = {"maxBfsBreadth": bfs}
+        body = make_body({"speculative": speculative}
+                         | ({"runtime": {"pageSize": page}} if page is not None else {}))
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(rules, "RULES", speculative_rules)
+                parse_spec(body)
+            crd_refuses = None
+        except SpecError as e:
+            crd_refuses = str(e)
+        with monkeypatch.context() as m:  # the args the server would get without the rules
+            m.setattr(rules, "RULES", ())
+            runtime_refuses = _runtime_refuses(server_args(parse_spec(body), 1))
+        stricter = algorithm != "ngram" and bfs is not None
+        if stricter:
+            ok = crd_refuses is not None
+        else:
+            ok = (crd_refuses is None) == (runtime_refuses is None)
+        if not ok:
+            mismatched.append((speculative, page, crd_refuses, runtime_refuses))
+        verdicts.add(runtime_refuses is None)
+    assert mismatched == []
+    assert verdicts == {True, False}  # the grid holds both what starts and what does not
 
 
 def test_a_hub_draft_model_is_fetched_as_the_model_is(make_body, fetch, validate_k8s) -> None:
@@ -164,6 +294,8 @@ def test_no_speculative_no_flag_and_no_draft(make_body, fetch) -> None:
     "--speculative-algorithm", "--speculative-algorithm=ngram", "--speculative-num-draft-tokens",
     "--speculative-draft-model-path=/x", "--speculative-ngram-min-match-window-size",
     "--speculative-ngram-max-match-window-size", "--speculative-draft",  # a prefix argparse expands
+    "--speculative-num-steps=2", "--speculative-eagle-topk", "--speculative-ngram-max-bfs-breadth",
+    "--speculative-eagle", "--speculative-disable-by-batch-size=4",
 ])
 def test_the_speculative_flags_are_the_operators(make_body, flag: str) -> None:
     with pytest.raises(SpecError, match=r"^spec.runtime.extraArgs\[1\]: .* is the operator's "
@@ -186,9 +318,18 @@ def test_the_crd_bounds_are_the_runtimes() -> None:
     for name in ("speculative_ngram_min_match_window_size", "speculative_ngram_max_match_window_size"):
         assert fault(name, MAX_NGRAM_WINDOW) is None and fault(name, 1) is None
         assert fault(name, MAX_NGRAM_WINDOW + 1) is not None and fault(name, 0) is not None
+    assert fault("speculative_num_steps", MAX_DRAFT_TOKENS) is None
+    assert fault("speculative_num_steps", MAX_DRAFT_TOKENS + 1) is not None
+    assert fault("speculative_num_steps", 0) is not None
+    for name in ("speculative_eagle_topk", "speculative_ngram_max_bfs_breadth"):
+        assert fault(name, MAX_TREE_BREADTH) is None and fault(name, 1) is None
+        assert fault(name, MAX_TREE_BREADTH + 1) is not None and fault(name, 0) is not None
     defaults = SchedulerConfig()
     assert (defaults.speculative_ngram_min_match_window_size,
             defaults.speculative_ngram_max_match_window_size) == NGRAM_WINDOW_DEFAULTS
+    assert defaults.speculative_num_draft_tokens == DRAFT_TOKENS_DEFAULT
+    # a tree's fields left out: a chain, as the CRD's rules count them
+    assert defaults.speculative_eagle_topk == defaults.speculative_ngram_max_bfs_breadth == 1
     choices = declared(SchedulerConfig, "speculative_algorithm").choices or ()
     assert set(SPECULATIVE_ALGORITHMS) == set(choices) - {"none"}
 
@@ -207,6 +348,20 @@ HOSTILE = {
                             "spec.speculative.draftModel: draftModel is needed by algorithms draft and eagle3"),
     "windows-crossed": ({"algorithm": "ngram", "ngram": {"minMatchWindow": 40, "maxMatchWindow": 4}},
                         "spec.speculative.ngram: minMatchWindow must not exceed maxMatchWindow"),
+    "steps-17": ({"algorithm": "ngram", "numSteps": 17}, "spec.speculative.numSteps: "),
+    "topk-zero": ({"algorithm": "draft", "draftModel": {"source": "/opt/draft"}, "eagleTopk": 0},
+                  "spec.speculative.eagleTopk: "),
+    "breadth-9": ({"algorithm": "ngram", "ngram": {"maxBfsBreadth": 9}},
+                  "spec.speculative.ngram.maxBfsBreadth: "),
+    "topk-with-ngram": ({"algorithm": "ngram", "eagleTopk": 2},
+                        "spec.speculative.eagleTopk: eagleTopk above 1 branches"),
+    "breadth-with-draft": ({"algorithm": "draft", "draftModel": {"source": "/opt/draft"},
+                            "ngram": {"maxBfsBreadth": 2}}, "spec.speculative.ngram: ngram is for"),
+    "steps-past-the-tree": ({"algorithm": "ngram", "numDraftTokens": 6, "numSteps": 7,
+                             "ngram": {"maxBfsBreadth": 2}},
+                            "spec.speculative.numSteps: numSteps must not exceed numDraftTokens"),
+    "chain-shorter-than-its-drafts": ({"algorithm": "ngram", "numSteps": 3},
+                                      "spec.speculative.numSteps: numSteps of a chain"),
 }  # fmt: skip
 
 
