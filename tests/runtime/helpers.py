@@ -75,9 +75,10 @@ def prefill_logits(engine, prompts: list[list[int]]) -> list[torch.Tensor]:
     return list(engine.model.compute_logits(hidden).float().split(lens))
 
 
-def drain(s, limit: int = 10_000) -> dict[int, list]:
+def drain(s, limit: int = 10_000, every_step: bool = False) -> dict[int, list]:
     """Step the scheduler `s` until it has no work; its outputs per uid. Checks that it ends
-    with nothing held (KV and rows all returned, no request left running or waiting)."""
+    with nothing held (KV and rows all returned, no request left running or waiting), and with
+    `every_step` its books after each step too (no slot or row leaked or held twice)."""
     out: dict[int, list] = {}
     for _ in range(limit):
         if not s.has_work:
@@ -86,6 +87,8 @@ def drain(s, limit: int = 10_000) -> dict[int, list]:
             return out
         for o in s.step():
             out.setdefault(o.uid, []).append(o)
+        if every_step:
+            s.check_integrity()
     raise AssertionError("scheduler did not drain")
 
 

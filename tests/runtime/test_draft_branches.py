@@ -14,6 +14,7 @@ from radixserve import SamplingParams
 from radixserve.config import SchedulerConfig
 from radixserve.scheduler import verify_step
 from radixserve.speculative.tree import branch_paths, top_tokens
+from tests.runtime.helpers import drain
 from tests.runtime.test_speculative import _prompts, _scheduler, _tokens
 
 BRANCHED = {"speculative_eagle_topk": 3, "speculative_num_steps": 3,
@@ -59,12 +60,7 @@ def near_draft(tiny_ckpts, tmp_path_factory) -> Path:
 def _run_checked(s, prompts: list[list[int]], sp: SamplingParams) -> dict[int, list[int]]:
     for uid, p in enumerate(prompts):
         s.add_request(uid, p, sp)
-    out: dict[int, list] = {}
-    while s.has_work:
-        for o in s.step():
-            out.setdefault(o.uid, []).append(o)
-        s.check_integrity()  # no slot or scratch row leaked or held twice
-    return _tokens(out)
+    return _tokens(drain(s, every_step=True))
 
 
 def test_a_draft_models_branches_keep_the_greedy_tokens_and_more_drafts(

@@ -112,6 +112,7 @@ def test_trees_keep_the_greedy_tokens_and_every_slot(tiny_ckpts, monkeypatch) ->
     (the integrity check after every step), the tree's kept KV read by the steps after."""
     from radixserve import SamplingParams
     from radixserve.speculative import ngram
+    from tests.runtime.helpers import drain
     from tests.runtime.test_speculative import _prompts, _scheduler, _tokens
 
     path = tiny_ckpts["qwen3"]
@@ -121,12 +122,7 @@ def test_trees_keep_the_greedy_tokens_and_every_slot(tiny_ckpts, monkeypatch) ->
     def run(s) -> dict[int, list[int]]:
         for uid, p in enumerate(prompts):
             s.add_request(uid, p, sp)
-        out: dict[int, list] = {}
-        while s.has_work:
-            for o in s.step():
-                out.setdefault(o.uid, []).append(o)
-            s.check_integrity()
-        return _tokens(out)
+        return _tokens(drain(s, every_step=True))
 
     plain = run(_scheduler(path))
     by_prompt = {tuple(p): plain[uid] for uid, p in enumerate(prompts)}

@@ -22,8 +22,8 @@ from radixserve.engine.batch_builder import build_batch
 from radixserve.engine.engine import Companion, Engine
 from radixserve.kvcache.allocator import PageAllocator
 from radixserve.models.source import ModelSource
-from radixserve.speculative.drafter import DRAFTERS, BaseDrafter, free_row
-from radixserve.speculative.tree import Step, branch_paths, top_tokens
+from radixserve.speculative.drafter import DRAFTERS, StepDrafter, free_row
+from radixserve.speculative.tree import Step, top_tokens
 from radixserve.utils.tensor import to_device
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _agreeing(a: list[int], b: list[int]) -> int:
 
 
 @DRAFTERS.register("draft")
-class DraftModelDrafter(BaseDrafter):
+class DraftModelDrafter(StepDrafter):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.table = engine.table
@@ -111,18 +111,8 @@ class DraftModelDrafter(BaseDrafter):
         self.table.page_table[rec.row, :need] = rec.slots.to(self.table.page_table.dtype)
         return rec
 
-    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
-        return [[s[0][0] for s in steps] for steps in self._draft(reqs, lengths, 1)]
-
-    def propose_paths(self, reqs: list[Req], lengths: list[int],
-                      breadth: int) -> list[list[list[int]]]:
-        """The chain and, at each of its steps, the draft's next likeliest tokens as branches
-        (`--speculative-eagle-topk`)."""
-        return [branch_paths(s) if s else [] for s in self._draft(reqs, lengths, breadth)]
-
     @torch.inference_mode()
-    def _draft(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
-        """Each request's greedy chain, a step a draft: the `k` likeliest tokens of each."""
+    def draft_steps(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
         out: list[list[Step]] = [[] for _ in reqs]
         todo = [(i, r, rec) for i, r in enumerate(reqs)
                 if lengths[i] > 0 and (rec := self._row(r)) is not None]

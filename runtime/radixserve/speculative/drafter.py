@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from radixserve.engine.engine import NO_COMPANION, Companion
+from radixserve.speculative.tree import Step, branch_paths
 from radixserve.utils.registry import Registry
 
 if TYPE_CHECKING:
@@ -50,6 +51,23 @@ class BaseDrafter(ABC):
 
     def release(self, req: Req) -> None:
         """The request is done: forget what is kept for it (a draft model's KV)."""
+
+
+class StepDrafter(BaseDrafter):
+    """A model that drafts greedily, a step a token (a draft model, an EAGLE-3 head): its chain,
+    and with `--speculative-eagle-topk` each step's next likeliest tokens as branches off it."""
+
+    @abstractmethod
+    def draft_steps(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
+        """Each request's chain of up to `lengths[i]` steps: the `k` likeliest tokens of each,
+        the chain's first."""
+
+    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
+        return [[s[0][0] for s in steps] for steps in self.draft_steps(reqs, lengths, 1)]
+
+    def propose_paths(self, reqs: list[Req], lengths: list[int],
+                      breadth: int) -> list[list[list[int]]]:
+        return [branch_paths(s) if s else [] for s in self.draft_steps(reqs, lengths, breadth)]
 
 
 def free_row(rows: dict[int, Any], uid: int, allocator: PageAllocator, table: TableManager) -> None:

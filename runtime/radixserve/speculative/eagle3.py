@@ -38,7 +38,7 @@ from radixserve.kvcache.pool import MHAKVPool
 from radixserve.models import hf_config as hc
 from radixserve.models.decoder import DecoderModel, HiddenCapture
 from radixserve.models.source import ModelSource
-from radixserve.speculative.drafter import DRAFTERS, BaseDrafter, free_row
+from radixserve.speculative.drafter import DRAFTERS, StepDrafter, free_row
 from radixserve.speculative.eagle3_head import (
     EMBED,
     FIELD,
@@ -47,7 +47,7 @@ from radixserve.speculative.eagle3_head import (
     aux_layers,
     checkpoint_shapes,
 )
-from radixserve.speculative.tree import Step, branch_paths, top_tokens
+from radixserve.speculative.tree import Step, top_tokens
 from radixserve.utils.tensor import lazy_zeros, to_device
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class _Row:
 
 
 @DRAFTERS.register("eagle3")
-class Eagle3Drafter(BaseDrafter):
+class Eagle3Drafter(StepDrafter):
     def __init__(self, head: Eagle3Head, to_target: torch.Tensor | None, target: Engine,
                  store: torch.Tensor, head_cfg: object, max_reqs: int) -> None:
         self.head, self.to_target, self.target, self.store = head, to_target, target, store
@@ -192,18 +192,8 @@ class Eagle3Drafter(BaseDrafter):
             normed, out = normed[last], out[last]
         return top_tokens(self.head.lm_head(normed), k, self.to_target), out
 
-    def propose(self, reqs: list[Req], lengths: list[int]) -> list[list[int]]:
-        return [[s[0][0] for s in steps] for steps in self._draft(reqs, lengths, 1)]
-
-    def propose_paths(self, reqs: list[Req], lengths: list[int],
-                      breadth: int) -> list[list[list[int]]]:
-        """The chain and, at each of its steps, the head's next likeliest tokens as branches
-        (`--speculative-eagle-topk`)."""
-        return [branch_paths(s) if s else [] for s in self._draft(reqs, lengths, breadth)]
-
     @torch.inference_mode()
-    def _draft(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
-        """Each request's greedy chain, a step a draft: the `k` likeliest tokens of each."""
+    def draft_steps(self, reqs: list[Req], lengths: list[int], k: int) -> list[list[Step]]:
         out: list[list[Step]] = [[] for _ in reqs]
         todo = []
         for i, r in enumerate(reqs):
