@@ -9,6 +9,8 @@ import torch
 from radixserve_kernels.testing import enable_cpu_interpreter
 
 if TYPE_CHECKING:  # kernel modules load only after the interpreter switch below
+    from collections.abc import Callable
+
     from radixserve_kernels.decode_attention import DecodeShape
 
 INTERPRETING = not torch.cuda.is_available() and enable_cpu_interpreter()
@@ -917,3 +919,16 @@ def check_windowed_decode_rope(dev: str, window: int, heads: tuple[int, int], di
     close(got, ref, torch.float32, scale=4)
     for g, r in zip(got_kv, ref_kv):
         close(g[batch.out_loc], r[batch.out_loc], torch.float32, scale=4)
+
+
+def captured(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """`step` run once on a side stream (Triton compiles outside the capture), then captured."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph

@@ -170,14 +170,7 @@ def test_lora_gemv_in_a_cuda_graph() -> None:
     def step() -> None:
         lora_gemv(x, w, None, a, b, lora_groups(slot, slots), (0, out), gated=True, out=y)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # compile outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = kc.captured(step)
     seen = []
     for s in (2, -1, 0, 3):
         slot.fill_(s)
@@ -206,14 +199,7 @@ def test_lora_in_a_cuda_graph() -> None:
         groups = lora_groups(token_slots, slots)
         lora_expand_(y, lora_shrink(x, a, groups), b, groups, (0, out))
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # compile outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = kc.captured(step)
     for seed in range(3):
         token_slots.copy_(torch.randint(-1, slots, (t,), generator=torch.Generator().manual_seed(seed)))
         graph.replay()
