@@ -1,8 +1,8 @@
-"""Speculative decoding (`--speculative-algorithm ngram`) through a real server and the official
-`openai` client: greedy completions and chat completions are the plain server's tokens (the
-`server` fixture: the same tiny random llama, no speculation), usage's `speculative` extension
-counts the drafts verified for a repetitive prompt, a stream gives the same text as the whole
-answer, and /metrics counts the drafts."""
+"""Speculative decoding (`--speculative-algorithm ngram`, trees of up to three matches) through a
+real server and the official `openai` client: greedy completions and chat completions are the
+plain server's tokens (the `server` fixture: the same tiny random llama, no speculation), usage's
+`speculative` extension counts the drafts verified for a repetitive prompt, a stream gives the
+same text as the whole answer, and /metrics counts the drafts."""
 from __future__ import annotations
 
 import time
@@ -26,10 +26,12 @@ ACCEPT_LENGTH = "sglang:spec_accept_length"
 
 @pytest.fixture(scope="module")
 def spec_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
-    """As the `server` fixture, with the n-gram drafter."""
+    """As the `server` fixture, with the n-gram drafter drafting trees (a request asking for
+    logprobs drafts its first candidate alone)."""
     log = tmp_path_factory.mktemp("spec-server") / "server.log"
     srv = ServerProcess(tiny_model, log, "--api-key", API_KEY, "--served-model-name", "tiny",
-                        "--max-kv-tokens", "4096", "--speculative-algorithm", "ngram")
+                        "--max-kv-tokens", "4096", "--speculative-algorithm", "ngram",
+                        "--speculative-ngram-max-bfs-breadth", "3", "--page-size", "1")
     srv.wait_ready()
     yield srv, srv.metrics()  # (/metrics before any request)
     assert srv.stop() == 0, srv.log()[-3000:]
