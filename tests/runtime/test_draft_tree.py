@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from radixserve.speculative.tree import DraftTree, Walk, node_slots, walk_greedy, walk_sampled
+from radixserve.speculative.tree import DraftTree, Walk, walk_greedy, walk_sampled
 from tests.runtime.test_speculative import ALPHA, _chi2_pvalue
 
 
@@ -35,11 +35,32 @@ def test_the_greedy_walk_follows_the_argmax() -> None:
     assert walk_greedy(chain, [4, 4, 2, 0]) == Walk([0, 1], [4, 4, 2])
 
 
-def test_each_node_reads_its_own_path() -> None:
-    tree = DraftTree.from_paths([[5, 6], [5, 8], [9]], most=8)
-    rows = node_slots([100, 101, 102], tree, own=[200, 201, 202, 203])
-    assert rows == [[100, 101, 102, 200], [100, 101, 102, 200, 201],
-                    [100, 101, 102, 200, 202], [100, 101, 102, 203]]
+def test_each_nodes_row_reads_its_own_path(tiny_ckpts) -> None:
+    """A staged tree: each node's scratch row holds the request's slots through its last token,
+    then its ancestors' slots and its own, and its token at its depth; released, every slot and
+    row comes back."""
+    from radixserve import SamplingParams
+    from radixserve.scheduler import verify_tree
+    from tests.runtime.test_speculative import _scheduler
+
+    s = _scheduler(tiny_ckpts["qwen3"], overlap=False)
+    s.add_request(0, list(range(1, 11)), SamplingParams(max_tokens=8, ignore_eos=True))
+    s.step()  # the prompt's KV, then its first token
+    req = s.reqs[0]
+    free_rows, free_pages = s.table.num_free, s.cache.num_free_pages
+    tree = DraftTree.from_paths([[5, 6], [5, 8], [9]], most=8)  # 0:5  1:6(0)  2:8(0)  3:9
+    step = verify_tree.stage(s, req, tree)
+    last = req.kv_len
+    prefix = s.table.page_table[req.row, : last + 1].tolist()
+    own = step.slots.tolist()
+    paths = [[0], [0, 1], [0, 2], [3]]
+    for node, (row, path) in enumerate(zip(step.rows, paths)):
+        assert s.table.page_table[row, : last + 1 + len(path)].tolist() == prefix + [
+            own[n] for n in path], node
+        assert int(s.table.token_pool[row, last + len(path)]) == tree.tokens[node]
+    assert len(set(own)) == 4 and not set(own) & set(prefix)
+    verify_tree.release(s, step)
+    assert (s.table.num_free, s.cache.num_free_pages) == (free_rows, free_pages)
 
 
 def _first_tokens(walk, n: int = 3000) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -8,8 +8,8 @@ then the target's own token.
 
 Verification as decode rows (`scheduler/verify_step.py`) takes a tree as it takes a chain: node
 i at depth d is a decode row at position L + d whose page-table row holds the request's L + 1
-slots, then its ancestors' slots and its own (`node_slots`), so it reads exactly its path (page
-size 1: a slot a token)."""
+slots, then its ancestors' slots and its own (`verify_tree.stage`), so it reads exactly its path
+(page size 1: a slot a token)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -149,9 +149,3 @@ def walk_sampled(tree: DraftTree, probs: torch.Tensor, generator: torch.Generato
             return Walk(nodes, [tree.tokens[n] for n in nodes] + [tok])
         nodes.append(kept)
         at = kept
-
-
-def node_slots(prefix: list[int], tree: DraftTree, own: list[int]) -> list[list[int]]:
-    """Each node's page-table row (page size 1): the request's `prefix` slots (its L tokens and
-    its last token's), then its ancestors' slots and its own (`own[i]`: node i's)."""
-    return [prefix + [own[n] for n in tree.path(i)] for i in range(len(tree.tokens))]
