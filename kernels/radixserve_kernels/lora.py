@@ -138,6 +138,15 @@ def lora_shrink(x: torch.Tensor, a: torch.Tensor, groups: LoRAGroups,
     return out
 
 
+def _part_ends(part_bounds: tuple[int, ...], n: int) -> tuple[int, int]:
+    """Where projections 0 and 1 of an output of `n` columns end (at most 3 projections; an
+    absent one ends at n)."""
+    parts = len(part_bounds) - 1
+    assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
+    ends = list(part_bounds[1:-1]) + [n] * (3 - parts)
+    return ends[0], ends[1]
+
+
 def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRAGroups,
                  part_bounds: tuple[int, ...]) -> torch.Tensor:
     """Triton twin of `lora_expand_ref`: y [T, out] (rows may be strided, last dim contiguous)
@@ -148,12 +157,11 @@ def lora_expand_(y: torch.Tensor, v: torch.Tensor, b: torch.Tensor, groups: LoRA
     t, n = y.shape
     num_slots, _, rank = b.shape
     parts = len(part_bounds) - 1
-    assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
+    ends = _part_ends(part_bounds, n)
     planes = v if v.dim() == 3 else v.unsqueeze(0)
     assert y.stride(-1) == 1 and planes.stride(-1) == 1, "y and v need contiguous rows"
     if t == 0:
         return y
-    ends = list(part_bounds[1:-1]) + [n] * (3 - parts)  # where projections 0 and 1 end
     block_m, block_n, block_k = 16, 64, 16
     grid = (max_tiles(t, num_slots, block_m), cdiv(n, block_n))
     lora_gemm_kernel[grid](
@@ -190,12 +198,10 @@ def lora_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     n = weight.shape[0]
     if x.dim() != 2 or x.shape[0] != 1:
         raise ValueError(f"lora_gemv takes one row, got x {list(x.shape)}")
-    parts = len(part_bounds) - 1
-    assert 1 <= parts <= 3 and part_bounds[0] == 0 and part_bounds[-1] == n, part_bounds
+    ends = _part_ends(part_bounds, n)
     if x.stride(-1) != 1:
         x = x.contiguous()
     assert weight.is_contiguous() and b.is_contiguous(), "the weights must be contiguous"
     planes = lora_shrink(x, a, groups, gated)
-    ends = (list(part_bounds[1:-1]) + [n] * (3 - parts))[:2]
     y = out if out is not None else torch.empty(1, n, dtype=x.dtype, device=x.device)
-    return _gemv(x, weight, bias, y, gated, GemvLoRA(planes, b, groups.slots, (ends[0], ends[1])))
+    return _gemv(x, weight, bias, y, gated, GemvLoRA(planes, b, groups.slots, ends))

@@ -37,8 +37,8 @@ def test_the_greedy_walk_follows_the_argmax() -> None:
 
 def test_each_nodes_row_reads_its_own_path(tiny_ckpts) -> None:
     """A staged tree: each node's scratch row holds the request's slots through its last token,
-    then its ancestors' slots and its own, and its token at its depth; released, every slot and
-    row comes back."""
+    then its ancestors' slots and its own, and its token at its depth; committed with no node
+    kept, every slot and row comes back."""
     from radixserve import SamplingParams
     from radixserve.scheduler import verify_tree
     from tests.runtime.test_speculative import _scheduler
@@ -59,7 +59,7 @@ def test_each_nodes_row_reads_its_own_path(tiny_ckpts) -> None:
             own[n] for n in path], node
         assert int(s.table.token_pool[row, last + len(path)]) == tree.tokens[node]
     assert len(set(own)) == 4 and not set(own) & set(prefix)
-    verify_tree.release(s, step)
+    verify_tree.commit(s, req, step, Walk([], [9]), last)  # no node kept
     assert (s.table.num_free, s.cache.num_free_pages) == (free_rows, free_pages)
 
 

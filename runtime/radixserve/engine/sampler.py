@@ -13,6 +13,7 @@ from radixserve_kernels import TokenStore, argmax_rows, argmax_rows_ref, store_t
 
 if TYPE_CHECKING:
     from radixserve.core.request import Req
+    from radixserve.sampling_params import SamplingParams
 
 _MIN_TEMPERATURE = 1e-6  # below this, sampling is greedy in float32 anyway
 
@@ -86,6 +87,12 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) 
         logits = logits.clone()
         logits[order[drop]] = float("-inf")
     return logits
+
+
+def plain_probs(row: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """The distribution a request samples from at one row of float32 logits [V]: scaled by its
+    temperature, filtered by its top-k, top-p and min-p (what drafts are verified against)."""
+    return torch.softmax(filter_logits(scale(row, p.temperature), p.top_k, p.top_p, p.min_p), -1)
 
 
 class Sampler:

@@ -85,6 +85,7 @@ from radixserve.scheduler.verify_step import (
 from radixserve.scheduler.verify_tree import TreeStep, tree_scratch_rows
 from radixserve.speculative.factory import create_speculator
 from radixserve.speculative.factory import plan as speculative_plan
+from radixserve.speculative.tree import DraftTree
 from radixserve.utils.tensor import to_device
 from radixserve_kernels import TokenStore
 
@@ -434,16 +435,10 @@ class Scheduler:
         lp_plan = prompt_logprobs.plan(prefill)  # (prefill items lead the batch)
         embed_reqs, embed_rows = embed.plan(prefill)
         drafts: dict[Req, list[int]] = {}
-        trees: dict[Req, TreeStep] = {}  # drafts that branch: a node a decode row
+        planned: dict[Req, DraftTree] = {}  # drafts that branch (their drafts: the nodes)
         if self.spec is not None and lp_plan is None and not embed_reqs:
             self._grow_draft_kv(decode_rows)
             drafts, planned = self.spec.plan(decode_rows)
-            for r, tree in planned.items():
-                step = verify_tree.stage(self, r, tree) if decode else None
-                if step is None:  # no rows or slots for it: its first candidate, a chain
-                    drafts[r] = tree.first_path()
-                else:
-                    trees[r] = step
         items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if not items:
             return None
@@ -451,11 +446,16 @@ class Scheduler:
         # token and its drafts (`scheduler/verify_step.py`)
         verify = bool(drafts) and decode and self.engine.verifies_as_decode(
             sum(n for _, n in items))
-        if trees and not verify:  # the extend form verifies chains: each tree's first candidate
-            for r, step in trees.items():
-                verify_tree.release(self, step)
-                drafts[r] = step.tree.first_path()
-            trees = {}
+        # a tree's nodes are decode rows (`verify_tree.py`); the extend form, or a tree without
+        # free rows or slots, verifies its first candidate as a chain (fewer rows: still decode)
+        trees: dict[Req, TreeStep] = {}
+        for r, tree in planned.items():
+            step = verify_tree.stage(self, r, tree) if verify else None
+            if step is None:
+                drafts[r] = tree.first_path()
+            else:
+                trees[r] = step
+        if len(trees) < len(planned):
             items = prefill + [(r, 1 + len(drafts.get(r, ()))) for r in decode_rows]
         if drafts:  # verified after the request's last token: the next positions of its row
             write_drafts(self.table.token_pool, {r: d for r, d in drafts.items() if r not in trees})

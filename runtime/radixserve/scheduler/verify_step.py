@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from radixserve.core.request import Req
-from radixserve.engine.sampler import filter_logits, scale
+from radixserve.engine.sampler import plain_probs
 from radixserve.scheduler.inflight import ForwardPass, InFlight
 from radixserve.scheduler.verify_tree import TreeStep, commit
 from radixserve.speculative.tree import walk_greedy, walk_sampled
@@ -156,10 +156,7 @@ def _walk_tree(sched: Scheduler, req: Req, step: TreeStep, logits: torch.Tensor,
     if p.is_greedy:
         walk = walk_greedy(step.tree, best if best is not None else logits.argmax(-1).tolist())
     else:
-        rows = logits.float()
-        probs = torch.stack([torch.softmax(filter_logits(scale(rows[j], p.temperature), p.top_k,
-                                                         p.top_p, p.min_p), -1)
-                             for j in range(rows.shape[0])])
+        probs = torch.stack([plain_probs(row, p) for row in logits.float()])
         walk = walk_sampled(step.tree, probs, req.generator or sched.sampler.generator)
     # (the step added the request's last token and every node to its KV length)
     commit(sched, req, step, walk, req.kv_len - 1 - len(step.tree.tokens))

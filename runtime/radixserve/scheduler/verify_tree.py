@@ -65,19 +65,12 @@ def stage(sched: Scheduler, req: Req, tree: DraftTree) -> TreeStep | None:
     return TreeStep(tree, rows, slots)
 
 
-def release(sched: Scheduler, step: TreeStep) -> None:
-    """The nodes' slots and rows back, nothing kept (a step that verified no tree)."""
-    sched.cache.free(step.slots)
-    for row in step.rows:
-        sched.table.free_row(row)
-
-
 def commit(sched: Scheduler, req: Req, step: TreeStep, walk: Walk, last: int) -> None:
     """The kept path into the request's rows, after its last token at `last`; every other
     node's slot, the slots the path displaces and the scratch rows back."""
     pt, tp = sched.table.page_table, sched.table.token_pool
     kept = walk.nodes
-    back = [int(step.slots[i]) for i in range(len(step.tree.tokens)) if i not in kept]
+    back = [slot for i, slot in enumerate(step.slots.tolist()) if i not in kept]
     if kept:
         cols = list(range(last + 1, last + 1 + len(kept)))
         held = [c for c in cols if c < req.num_slots]

@@ -76,10 +76,13 @@ class Speculator:
                                lengths):
             if not (n and paths):
                 continue
+            if not self.takes_tree(r):
+                drafts[r] = paths[0][:n]
+                continue
             # room for every candidate a path as deep as the request drafts (where its drafts
             # keep failing it drafts one token: each candidate's first still counts)
             tree = DraftTree.from_paths([p[:n] for p in paths], min(self.nodes, n * self.breadth))
-            if tree.is_chain or not self.takes_tree(r):
+            if tree.is_chain:
                 drafts[r] = paths[0][:n]
             else:
                 drafts[r], trees[r] = tree.tokens, tree

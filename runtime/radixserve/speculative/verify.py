@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from radixserve.engine.sampler import apply_bias_and_min_tokens, filter_logits, scale
+from radixserve.engine.sampler import apply_bias_and_min_tokens, plain_probs
 
 if TYPE_CHECKING:
     from radixserve.core.request import Req
@@ -60,8 +60,7 @@ def verify(logits: torch.Tensor, drafts: list[int], req: Req, eos_ids: frozenset
             tok = int(rows[j].argmax())
             tokens.append(drafts[j] if j < len(drafts) and drafts[j] == tok else tok)
         else:
-            probs = torch.softmax(filter_logits(scale(rows[j], p.temperature), p.top_k, p.top_p,
-                                                p.min_p), -1)
+            probs = plain_probs(rows[j], p)
             gen = req.generator or generator
             if j < len(drafts):
                 d = drafts[j]
