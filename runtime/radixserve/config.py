@@ -248,13 +248,13 @@ class SchedulerConfig:
              "the same distribution). ngram: looked up in the request's own prompt and output; "
              "draft: a smaller model sharing the target's tokenizer (--speculative-draft-model-path); "
              "eagle3: an EAGLE-3 draft head (--speculative-draft-model-path) fed the target's "
-             "hidden states; each a chain, or a tree with --speculative-eagle-topk; on a GPU the target then runs without CUDA "
-             "graphs, and the host KV tier is refused")
+             "hidden states; each a chain, or a tree with --speculative-eagle-topk; on a GPU "
+             "eagle3's target then runs without CUDA graphs, and the host KV tier is refused")
     speculative_num_draft_tokens: int = option(
         4, "--speculative-num-draft-tokens", parse=int, check=within(1, 16),
-        help="the most tokens drafted for a request in one step, a tree's nodes (fewer, or none, "
-             "where its drafts keep being rejected); SGLang's flag of this name also counts the verified "
-             "last token, so its N drafts N − 1")
+        help="the most tokens drafted for a request in one step, a tree's nodes (fewer, or "
+             "none, where its drafts keep being rejected); SGLang's flag of this name also counts "
+             "the verified last token, so its N drafts N − 1")
     speculative_num_steps: int | None = option(
         None, "--speculative-num-steps", parse=int, check=within(1, 16), default_text="none",
         help="draft, eagle3 and ngram trees: the deepest a drafted path goes (a draft model's "
@@ -265,7 +265,8 @@ class SchedulerConfig:
         help="draft and eagle3: each draft step's k likeliest tokens; the chain follows the "
              "first, the others branch off it (one token each, likeliest paths first) and all "
              "are verified together as a tree of at most --speculative-num-draft-tokens nodes "
-             "(SGLang's flag, whose branches grow further; needs --page-size 1)")
+             "(SGLang's flag, whose branches grow further; needs --page-size 1; a step verified "
+             "as an extend, as eagle3's are on a GPU, verifies the chain alone)")
     speculative_draft_model_path: str | None = option(
         None, "--speculative-draft-model-path", default_text="none",
         help="the draft model of --speculative-algorithm draft (a Hugging Face directory or hub id "

@@ -5,10 +5,11 @@ For each drafting request it keeps a row of that pool and the tokens whose KV th
 round of drafting first catches every request up: one extend of the tokens it has not seen (a new
 request's whole prompt; afterwards the target's token and the drafts it kept), whose last logits
 give the first draft; then greedy decode steps give the others (with --speculative-eagle-topk k,
-each step's k likeliest tokens: the others branch off the chain, `tree.branch_paths`). A row's KV is valid as far as the
-tokens it was fed agree with the request's own, so after a verification it is cut back to the
-kept drafts by comparison, with no word from the verifier. A request the pool cannot hold (its
-prompt and `max_tokens` reserved at its first draft) is not drafted for."""
+each step's k likeliest tokens: the others branch off the chain, `tree.branch_paths`). A row's
+KV is valid as far as the tokens it was fed agree with the request's own, so after a
+verification it is cut back to the kept drafts by comparison, with no word from the verifier. A
+request the pool cannot hold (its prompt and `max_tokens` reserved at its first draft) is not
+drafted for."""
 from __future__ import annotations
 
 import dataclasses

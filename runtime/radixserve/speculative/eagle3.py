@@ -13,11 +13,12 @@ they read are committed). A round of drafting catches each request up on the pos
 target computed since (one extend; its last position's logits give the first draft), then feeds
 the head its own output hidden state and its last draft for each further draft (greedy decode
 steps, a chain; with --speculative-eagle-topk k each step's k likeliest tokens, the others
-branching off the chain: `tree.branch_paths`). Those steps' KV is written over by the next round's
-catch-up. Drafts are scored over the draft vocabulary and mapped to target ids by `d2t`.
+branching off the chain: `tree.branch_paths`). Those steps' KV is written over by the next
+round's catch-up. Drafts are scored over the draft vocabulary and mapped to target ids by `d2t`.
 
 NOTE: the target runs without CUDA graphs (its capture is eager), and at tensor parallel size 1
-only."""
+only. On a GPU its verification steps are therefore extends, which verify a tree's first
+candidate alone (`Engine.verifies_as_decode`)."""
 from __future__ import annotations
 
 import dataclasses
